@@ -1,0 +1,42 @@
+# rocelab: every target installs what it needs first (`setup` is idempotent and quick).
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.rocelab-installed
+TOPOLOGY ?= topologies/clos-2x4.yaml
+
+.PHONY: setup demo test test-quick test-integration bench golden clean down-all
+
+setup: $(STAMP)
+	@scripts/setup-system.sh
+
+$(STAMP): pyproject.toml
+	@scripts/setup-system.sh
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip >/dev/null
+	@$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+demo: setup  ## the main job on the default topology
+	@scripts/demo.sh $(TOPOLOGY)
+
+test: setup  ## unit + integration tests (root)
+	$(PY) -m pytest tests -m "not slow"
+
+test-quick: setup  ## no-root unit tests only
+	$(PY) -m pytest tests/unit
+
+test-integration: setup
+	$(PY) -m pytest tests/integration -m "not slow"
+
+bench: setup  ## performance figures as JSON, with same-run baselines
+	$(PY) -m emulator.bench
+
+golden: setup  ## regenerate golden files after an intended change; review the diff
+	ROCELAB_UPDATE_GOLDEN=1 $(PY) -m pytest tests/unit -q -k golden
+
+down-all: setup
+	$(VENV)/bin/rocelab down --all
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""rocelab: a packet-level RoCEv2 fabric emulator on Linux network namespaces."""

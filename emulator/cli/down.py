@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import click
+
+from .. import lab
+
+
+@click.command("down")
+@click.argument("name", required=False)
+@click.option("--all", "all_labs", is_flag=True, help="Remove every rocelab lab on this machine.")
+def command(name: str | None, all_labs: bool) -> None:
+    """Remove a lab (or --all): processes, namespaces, run dir. Idempotent.
+
+    Works from kernel state alone, even after a crash.
+    Example: rocelab down clos-2x4
+    """
+    if bool(name) == all_labs:
+        raise click.UsageError("give a lab name or --all (not both)")
+    results = lab.down_all() if all_labs else [lab.down(name)]  # type: ignore[arg-type]
+    for r in results:
+        what = (f"{r.processes} processes, {r.namespaces} namespaces"
+                + (", run dir" if r.run_dir else "")) if r.found else "nothing to remove"
+        click.echo(f"lab {r.lab}: {what}")
+    if all_labs and not results:
+        click.echo("no rocelab labs on this machine")

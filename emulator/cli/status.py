@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import lab
+from ..status import lab_status
+
+
+@click.command("status")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable, with top-level \"converged\".")
+def command(name: str | None, as_json: bool) -> None:
+    """Per router: BGP sessions up/configured, prefixes, ECMP width toward remote hosts.
+
+    Example: rocelab status clos-2x4 --json
+    """
+    lab.require_root()
+    st = lab_status(lab.lab_plan(lab.resolve_lab(name)))
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    table = Table(title=f"lab {st['lab']} ({st['addressing']}, {st['spines']} spines x "
+                        f"{st['leaves']} leaves)")
+    for col in ("router", "ASN", "sessions", "prefixes rx", "ECMP to hosts", "ok"):
+        table.add_column(col)
+    for r in st["routers"]:
+        ecmp = f"{r['ecmp_min']}" + (f"-{r['ecmp_max']}" if r["ecmp_max"] != r["ecmp_min"] else "")
+        table.add_row(r["node"], str(r["asn"]), f"{r['sessions_up']}/{r['sessions_configured']}",
+                      str(r["prefixes_received"]), f"{ecmp} (want {r['ecmp_expected']})",
+                      "yes" if r["ok"] else f"[red]no[/] {r['error'] or ''}")
+    console = Console()
+    console.print(table)
+    reach = st["reachability"]
+    hosts = len(st["hosts"])
+    if reach is None:
+        console.print("host reachability: not checked (routing not converged)")
+    else:
+        console.print(f"host reachability ({hosts} hosts, full mesh): "
+                      + ("ok" if reach["ok"] else "; ".join(reach["problems"][:5])))
+    console.print("[green]converged[/]" if st["converged"] else "[red]NOT converged[/]")

@@ -1,0 +1,135 @@
+"""Is the fabric converged? Named checks over observable state, polled to a deadline.
+
+The checks, cheapest first:
+  fib      every leaf's kernel FIB holds every remote host prefix with one
+           next hop per spine (ECMP), and every spine holds every host prefix;
+  bgp      every configured BGP session is Established (vtysh JSON);
+  reach    every host answers ICMP echo from every other host.
+`wait()` never sleeps a fixed time to "let things settle": it polls, and on
+timeout says which check failed where.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyroute2 import IPRoute
+
+from . import netns
+from .errors import ConvergeTimeout, RocelabError
+from .frr import vtysh_json
+from .plan import Kind, Node, Plan
+from .reach import unreachable_pairs
+from .realize import parallel
+
+POLL_S = 0.05
+Progress = Callable[[str], None]
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"{self.name}: ok"
+        more = f" (+{len(self.problems) - 3} more)" if len(self.problems) > 3 else ""
+        return f"{self.name}: " + "; ".join(self.problems[:3]) + more
+
+
+def route_widths(node: Node) -> dict[str, int]:
+    """IPv4 unicast routes of the main table in a node's namespace: prefix -> next-hop count."""
+    with netns.entered(node.netns), IPRoute() as ipr:
+        routes = ipr.get_routes(family=socket.AF_INET, table=254)
+    widths = {}
+    for r in routes:
+        dst = r.get_attr("RTA_DST")
+        if dst is None:
+            continue
+        mp = r.get_attr("RTA_MULTIPATH")
+        widths[f"{dst}/{r['dst_len']}"] = len(mp) if mp else 1
+    return widths
+
+
+def fib_widths_of(plan: Plan, node: Node) -> dict[str, int]:
+    """A router's width toward each host prefix it must learn through BGP (0 = missing)."""
+    if not netns.exists(node.netns):
+        return {}
+    have = route_widths(node)
+    want = (plan.remote_host_prefixes(node) if node.kind is Kind.LEAF
+            else [plan.host_prefix(h) for h in plan.hosts])
+    return {p: have.get(p, 0) for p in want}
+
+
+def fib_widths(plan: Plan) -> dict[str, dict[str, int]]:
+    widths = parallel(lambda n: (n.name, fib_widths_of(plan, n)), plan.routers)
+    return dict(widths)  # type: ignore[arg-type]
+
+
+def expected_width(plan: Plan, node: Node) -> int:
+    return len(plan.of_kind(Kind.SPINE)) if node.kind is Kind.LEAF else 1
+
+
+def check_fib(plan: Plan) -> CheckResult:
+    problems = []
+    for name, widths in fib_widths(plan).items():
+        want = expected_width(plan, plan.node(name))
+        bad = {p: w for p, w in widths.items() if w != want}
+        if bad:
+            p, w = next(iter(bad.items()))
+            problems.append(f"{name} has {len(bad)} host prefixes without {want} next hops "
+                            f"(e.g. {p}: {w})")
+    return CheckResult("fib", not problems, problems)
+
+
+def bgp_sessions(plan: Plan, node: Node) -> dict[str, dict[str, object]]:
+    """Peer -> {state, prefixes} from `show bgp summary json` (empty while bgpd starts)."""
+    data = vtysh_json(plan.lab, node.name, "show bgp ipv4 unicast summary json", daemon="bgpd")
+    peers = data.get("peers", {}) if isinstance(data, dict) else {}
+    return {p: {"state": v.get("state", "?"), "prefixes": v.get("pfxRcd", 0)}
+            for p, v in peers.items()}
+
+
+def check_bgp(plan: Plan) -> CheckResult:
+    def one(node: Node) -> str | None:
+        want = sum(1 for i in node.interfaces if i.fabric)
+        try:
+            peers = bgp_sessions(plan, node)
+        except RocelabError as e:
+            return f"{node.name}: {e}"
+        up = sum(1 for p in peers.values() if p["state"] == "Established")
+        return None if up == want else f"{node.name} has {up}/{want} sessions Established"
+
+    problems = [p for p in parallel(one, plan.routers) if p]
+    return CheckResult("bgp", not problems, problems)  # type: ignore[arg-type]
+
+
+def check_reach(plan: Plan, timeout_s: float = 1.0) -> CheckResult:
+    missing = unreachable_pairs(plan.hosts, timeout_s)
+    return CheckResult("reach", not missing, [f"{s} cannot reach {d}" for s, d in missing])
+
+
+def wait(plan: Plan, timeout_s: float, progress: Progress, marks: dict[str, float]) -> None:
+    """Poll fib -> bgp -> reach until all pass; record when each first passed in `marks`."""
+    deadline = time.monotonic() + timeout_s
+    last: list[CheckResult] = []
+    while time.monotonic() < deadline:
+        last = [check_fib(plan)]
+        if last[0].ok:
+            last.append(check_bgp(plan))
+        if all(c.ok for c in last):
+            marks.setdefault("bgp_converged", time.monotonic())
+            progress("routing converged; checking host reachability")
+            last.append(check_reach(plan, min(2.0, max(0.2, deadline - time.monotonic()))))
+            if last[-1].ok:
+                marks["verified"] = time.monotonic()
+                return
+        progress(" | ".join(c.summary() for c in last))
+        time.sleep(POLL_S)
+    raise ConvergeTimeout(f"lab {plan.lab} did not converge within {timeout_s:.0f} s: "
+                          + " | ".join(c.summary() for c in last if not c.ok))

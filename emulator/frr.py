@@ -1,0 +1,167 @@
+"""FRR daemons per router namespace, driven through FRR's own binaries.
+
+Each router gets its own run dir holding its configs, pid files, zserv
+socket and vty sockets; nothing is shared between namespaces (bfdd gets its
+own --bfdctl socket too). Daemons are started from a thread that has
+entered the router's namespace, so they inherit it, and they carry
+ROCELAB_LAB=<lab> in their environment so `down` can find them by PID from
+/proc even when the state file is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import json
+import os
+import pwd
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import netns
+from .errors import RealizeError, RocelabError
+from .paths import ENV_TAG, FRR_BIN_DIR, lab_run_dir, node_run_dir
+from .plan import Node, Plan
+from .render import Rendered, daemons_for
+
+FRR_USER = "frr"
+ZSERV = "zserv.api"
+START_TIMEOUT_S = 10.0
+VTYSH_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Daemon:
+    node: str
+    name: str
+    pid: int
+
+
+def base_env(lab: str) -> dict[str, str]:
+    """A minimal, tagged environment for every process a lab starts."""
+    return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", ENV_TAG: lab}
+
+
+def prepare_run_dirs(plan: Plan, rendered: Rendered) -> None:
+    """Write configs into per-node run dirs that user `frr` can use.
+
+    FRR drops privileges to `frr`, so its dirs are owned by frr and every
+    parent must be world-searchable (a 0700 mkdtemp breaks it).
+    """
+    try:
+        uid, gid = pwd.getpwnam(FRR_USER).pw_uid, grp.getgrnam(FRR_USER).gr_gid
+    except KeyError:
+        raise RealizeError("user 'frr' does not exist: is FRR installed? (make setup)") from None
+    lab_dir = lab_run_dir(plan.lab)
+    lab_dir.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    lab_dir.mkdir(mode=0o755, exist_ok=True)
+    for p in (lab_dir.parent, lab_dir):
+        p.chmod(0o755)
+    for node in plan.routers:
+        d = node_run_dir(plan.lab, node.name)
+        d.mkdir(mode=0o755, exist_ok=True)
+        os.chown(d, uid, gid)
+        for name, text in rendered.files[node.name].items():
+            f = d / name
+            f.write_text(text)
+            os.chown(f, uid, gid)
+
+
+def daemon_argv(plan: Plan, node: Node, daemon: str) -> list[str]:
+    d = node_run_dir(plan.lab, node.name)
+    argv = [str(FRR_BIN_DIR / daemon), "-f", str(d / f"{daemon}.conf"), "-i", str(d / f"{daemon}.pid"),
+            "-z", str(d / ZSERV), "--vty_socket", str(d), "-P", "0", "--limit-fds", "1024"]
+    if daemon == "bgpd":
+        argv += ["-F", "datacenter"]
+    if daemon == "bfdd":
+        argv += ["--bfdctl", str(d / "bfdd.sock")]
+    return argv
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not path.exists():  # poll observable state; never a fixed sleep
+        if proc.poll() is not None:
+            raise RealizeError(f"{what} exited with status {proc.returncode} at start "
+                               f"(see {path.parent}/*.out)")
+        if time.monotonic() > deadline:
+            raise RealizeError(f"{what} did not create {path.name} within {START_TIMEOUT_S:.0f} s")
+        time.sleep(0.005)
+
+
+def start_node(plan: Plan, node: Node) -> list[Daemon]:
+    """Start a router's daemons inside its namespace; zebra first, then the rest."""
+    d = node_run_dir(plan.lab, node.name)
+    started: list[Daemon] = []
+    with netns.entered(node.netns):
+        for daemon in daemons_for(plan, node):
+            with open(d / f"{daemon}.out", "wb") as out:
+                proc = subprocess.Popen(
+                    daemon_argv(plan, node, daemon), env=base_env(plan.lab), cwd=d,
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True)  # survive the CLI; reaped by `down`
+            started.append(Daemon(node.name, daemon, proc.pid))
+            if daemon == "zebra":
+                _wait_for(d / ZSERV, proc, f"zebra on {node.name}")
+    return started
+
+
+def kill_pids(pids: list[int], timeout_s: float = 5.0) -> None:
+    """SIGTERM the given PIDs, wait, then SIGKILL what is left. Only these PIDs."""
+    import signal
+
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.01)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        _reap(pid)
+
+
+def _alive(pid: int) -> bool:
+    _reap(pid)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def vtysh(lab: str, node: str, command: str, daemon: str | None = None) -> str:
+    argv = ["vtysh", "--vty_socket", str(node_run_dir(lab, node))]
+    if daemon:
+        argv += ["-d", daemon]
+    argv += ["-c", command]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=VTYSH_TIMEOUT_S,
+                             env=base_env(lab))
+    except subprocess.TimeoutExpired:
+        raise RocelabError(f"vtysh on {node} timed out: {command}") from None
+    if res.returncode != 0:
+        raise RocelabError(f"vtysh on {node} failed ({res.returncode}): "
+                           f"{(res.stderr or res.stdout).strip().splitlines()[-1:]}")
+    return res.stdout
+
+
+def vtysh_json(lab: str, node: str, command: str, daemon: str | None = None) -> Any:
+    out = vtysh(lab, node, command, daemon)
+    try:
+        return json.loads(out) if out.strip() else {}
+    except json.JSONDecodeError:
+        raise RocelabError(f"vtysh on {node}: not JSON from {command!r}: {out[:80]!r}") from None

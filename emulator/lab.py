@@ -1,0 +1,181 @@
+"""Lab lifecycle: `up` as a transaction, `down` from kernel state.
+
+up:   topology file -> spec -> plan -> rendered configs (all pure, all before
+      any kernel object) -> realize -> FRR daemons -> converged.
+      Every created resource registers its undo at once; any failure (or
+      Ctrl-C, or SIGTERM) unwinds everything before the error is reported.
+down: find the lab's processes and namespaces from the kernel, stop them,
+      remove the run dir. Idempotent; needs no state file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import converge, frr, netns, state
+from .errors import LabExistsError, LabNotFoundError, NotRootError, RealizeError, RocelabError
+from .paths import lab_run_dir
+from .plan import Plan, compile_plan
+from .realize import parallel, realize
+from .render import Rendered, render
+from .spec import Topology, load, parse
+
+Progress = Callable[[str], None]
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class UpResult:
+    plan: Plan
+    timings: dict[str, float]
+    daemons: list[frr.Daemon] = field(default_factory=list)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise NotRootError("this command needs root (network namespaces, FRR): run it with sudo")
+
+
+def load_topology(path: str | Path, name: str | None = None) -> tuple[Topology, Plan, Rendered]:
+    """The pure half of `up` (also `render`): validate, plan, render. Touches nothing."""
+    topo = load(path)
+    if name is not None:
+        topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name}")
+    plan = compile_plan(topo, str(path))
+    return topo, plan, render(plan)
+
+
+def _claim_run_dir(lab: str) -> None:
+    """Create the lab's run dir exclusively: the lock against a second `up` of the same name."""
+    lab_run_dir(lab).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    try:
+        lab_run_dir(lab).mkdir(mode=0o755)
+    except FileExistsError:
+        raise LabExistsError(f"lab {lab} already exists (or a crash left it): "
+                             f"run `rocelab down {lab}` first") from None
+
+
+def _refuse_existing(plan: Plan) -> None:
+    clash = [n.netns for n in plan.nodes if netns.exists(n.netns)]
+    if clash:
+        raise LabExistsError(f"lab {plan.lab}: namespace {clash[0]} already exists "
+                             f"(run `rocelab down {plan.lab}` if it is a rocelab lab)")
+
+
+def up(path: str | Path, name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+       progress: Progress = _quiet) -> UpResult:
+    topo, plan, rendered = load_topology(path, name)  # every config exists before any kernel object
+    require_root()
+    _refuse_existing(plan)
+    marks = {"start": time.monotonic()}
+    record: dict[str, Any] = {"lab": plan.lab, "topology": str(Path(path).resolve()),
+                              "spec": topo.model_dump(mode="json"), "status": "creating",
+                              "namespaces": [n.netns for n in plan.nodes], "daemons": []}
+    with contextlib.ExitStack() as undo:
+        _claim_run_dir(plan.lab)
+        undo.callback(shutil.rmtree, lab_run_dir(plan.lab), ignore_errors=True)
+        state.write(plan.lab, record)  # intent first: `down` knows what may exist
+        progress(f"creating {len(plan.nodes)} namespaces and {len(plan.links)} links")
+        realize(plan, undo)
+        marks["realized"] = time.monotonic()
+        daemons = _start_daemons(plan, rendered, undo, progress)
+        record["daemons"] = [d.__dict__ for d in daemons]
+        state.write(plan.lab, record)
+        marks["daemons_started"] = time.monotonic()
+        converge.wait(plan, timeout_s, progress, marks)
+        timings = _timings(marks)
+        state.write(plan.lab, record | {"status": "up", "timings": timings})
+        undo.pop_all()  # success: the lab stays
+    return UpResult(plan, timings, daemons)
+
+
+def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
+                   progress: Progress) -> list[frr.Daemon]:
+    frr.prepare_run_dirs(plan, rendered)
+    progress(f"starting FRR on {len(plan.routers)} routers")
+    started: list[frr.Daemon] = []
+    undo.callback(lambda: frr.kill_pids([d.pid for d in started]))
+
+    def one(node: Any) -> None:
+        started.extend(frr.start_node(plan, node))
+
+    parallel(one, plan.routers)
+    return started
+
+
+def _timings(m: dict[str, float]) -> dict[str, float]:
+    def span(a: str, b: str) -> float:
+        return round(m[b] - m[a], 3)
+
+    return {"realize_s": span("start", "realized"),
+            "daemons_start_s": span("realized", "daemons_started"),
+            "bgp_converged_s": span("daemons_started", "bgp_converged"),
+            "verified_s": span("bgp_converged", "verified"),
+            "total_s": span("start", "verified")}
+
+
+@dataclass
+class DownResult:
+    lab: str
+    processes: int
+    namespaces: int
+    run_dir: bool
+
+    @property
+    def found(self) -> bool:
+        return bool(self.processes or self.namespaces or self.run_dir)
+
+
+def down(lab: str) -> DownResult:
+    """Remove a lab: its tagged processes, then its namespaces, then its run dir."""
+    require_root()
+    record = state.read(lab) or {}
+    pids = [pid for pid, tag in state.tagged_processes().items() if tag == lab]
+    frr.kill_pids(pids)
+    names = {n for n, tag in state.tagged_namespaces().items() if tag == lab}
+    # Namespaces named in the intent record but not yet tagged (a crash mid-create).
+    names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}
+    parallel(netns.remove, sorted(names))
+    run_dir = lab_run_dir(lab)
+    had_dir = run_dir.exists()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return DownResult(lab, len(pids), len(names), had_dir)
+
+
+def down_all() -> list[DownResult]:
+    require_root()
+    return [down(lab) for lab in sorted(state.known_labs())]
+
+
+def lab_plan(lab: str) -> Plan:
+    """The plan of a running lab, recompiled from the spec its state file recorded."""
+    record = state.read(lab)
+    if record is None:
+        if lab in state.known_labs():
+            raise RealizeError(f"lab {lab} has no state file (crashed?): run `rocelab down {lab}`")
+        raise LabNotFoundError(f"no lab named {lab}; running labs: "
+                               f"{', '.join(sorted(state.known_labs())) or 'none'}")
+    return compile_plan(parse(record["spec"], record.get("topology", lab)), record.get("topology", ""))
+
+
+def resolve_lab(lab: str | None) -> str:
+    """The lab a command means: the one given, or the only one running."""
+    if lab:
+        return lab
+    labs = sorted(state.known_labs())
+    if len(labs) == 1:
+        return labs[0]
+    if not labs:
+        raise LabNotFoundError("no lab is running: start one with `rocelab up TOPOLOGY`")
+    raise RocelabError(f"several labs are running ({', '.join(labs)}): name one")

@@ -1,0 +1,266 @@
+"""Plan compiler: a validated Topology -> a frozen, fully resolved Plan.
+
+Pure and deterministic (no root, no I/O): every name, address, ASN and
+interface of the lab is decided here, so render, realize, status and tests
+all read the same facts. Semantic problems the schema cannot express (a
+role for a leaf that does not exist, a pool too small) are SpecErrors that
+name the field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from .errors import SpecError
+from .spec import Addressing, Role, Topology, parse_speed
+
+HOST_IFNAME = "eth0"
+
+
+class Kind(str, Enum):
+    SPINE = "spine"
+    LEAF = "leaf"
+    HOST = "host"
+
+
+@dataclass(frozen=True)
+class Interface:
+    name: str  # on routers: the peer node's name; on hosts: eth0
+    peer: str  # peer node
+    peer_ifname: str
+    address: str | None  # "10.1.0.0/31", or None for an unnumbered fabric port
+    fabric: bool  # leaf-spine link (BGP runs over it)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    kind: Kind
+    netns: str
+    interfaces: tuple[Interface, ...]
+    asn: int | None = None
+    loopback: str | None = None  # router-id, /32 on lo
+    role: Role | None = None  # hosts only
+    leaf: str | None = None  # hosts only: the leaf it hangs off
+    gateway: str | None = None  # hosts only: default route next hop
+
+    @property
+    def is_router(self) -> bool:
+        return self.kind is not Kind.HOST
+
+    @property
+    def address(self) -> str | None:
+        """A host's own IPv4 address (no prefix length)."""
+        if self.kind is Kind.HOST and self.interfaces[0].address:
+            return self.interfaces[0].address.split("/")[0]
+        return None
+
+    def interface(self, name: str) -> Interface:
+        for i in self.interfaces:
+            if i.name == name:
+                return i
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Link:
+    a: str
+    a_ifname: str
+    b: str
+    b_ifname: str
+    fabric: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    lab: str
+    addressing: Addressing
+    speed_bps: int
+    mtu: int
+    bfd_enabled: bool
+    bfd_interval_ms: int
+    bfd_multiplier: int
+    bgp_keepalive: int
+    bgp_hold: int
+    loopback_pool: str
+    host_pool: str
+    fabric_pool: str | None
+    nodes: tuple[Node, ...]
+    links: tuple[Link, ...]
+    source: str = ""
+    _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({n.name: n for n in self.nodes})
+
+    def node(self, name: str) -> Node:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise KeyError(f"no node {name!r}; nodes: {', '.join(self._index)}") from None
+
+    def of_kind(self, kind: Kind) -> list[Node]:
+        return [n for n in self.nodes if n.kind is kind]
+
+    @property
+    def routers(self) -> list[Node]:
+        return [n for n in self.nodes if n.is_router]
+
+    @property
+    def hosts(self) -> list[Node]:
+        return self.of_kind(Kind.HOST)
+
+    def peer_address(self, port: Interface) -> str | None:
+        """The address on the far end of a port, without prefix length."""
+        addr = self.node(port.peer).interface(port.peer_ifname).address
+        return addr.split("/")[0] if addr else None
+
+    def host_prefix(self, host: Node) -> str:
+        return str(ipaddress.IPv4Interface(host.interfaces[0].address).network)
+
+    def remote_host_prefixes(self, leaf: Node) -> list[str]:
+        """Host prefixes a leaf must learn through the spines."""
+        return [self.host_prefix(h) for h in self.hosts if h.leaf != leaf.name]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("_index")
+        return _jsonable(d)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, Enum):
+        return v.value
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
+    """The table of contents of planning: names, then numbers, then wiring."""
+    _check_semantics(topo, source)
+    spines = [f"spine{i}" for i in range(1, topo.spines + 1)]  # stable, simple names
+    leaves = [f"leaf{i}" for i in range(1, topo.leaves + 1)]
+    asns = _asns(topo, source, spines, leaves)
+    loopbacks = _loopbacks(topo, source, spines + leaves)
+    fabric_links, fabric_ifs = _fabric(topo, source, spines, leaves)
+    host_nodes, host_links, host_ifs = _hosts(topo, source, leaves)
+    nodes = [
+        Node(name=r, kind=Kind.SPINE if r in spines else Kind.LEAF, netns=f"{topo.name}-{r}",
+             interfaces=tuple(fabric_ifs[r] + host_ifs.get(r, [])), asn=asns[r],
+             loopback=loopbacks[r])
+        for r in spines + leaves
+    ]
+    return Plan(
+        lab=topo.name, addressing=topo.addressing, speed_bps=parse_speed(topo.links.speed),
+        mtu=topo.links.mtu, bfd_enabled=topo.bfd.enabled, bfd_interval_ms=topo.bfd.interval_ms,
+        bfd_multiplier=topo.bfd.multiplier, bgp_keepalive=topo.bgp.keepalive,
+        bgp_hold=topo.bgp.hold, loopback_pool=topo.pools.loopbacks, host_pool=topo.pools.hosts,
+        fabric_pool=topo.pools.fabric if topo.addressing is Addressing.NUMBERED else None,
+        nodes=tuple(nodes + host_nodes),
+        links=tuple(fabric_links + host_links), source=source,
+    )
+
+
+def _check_semantics(topo: Topology, source: str) -> None:
+    leaves = {f"leaf{i}" for i in range(1, topo.leaves + 1)}
+    routers = leaves | {f"spine{i}" for i in range(1, topo.spines + 1)}
+    for leaf in topo.hosts.roles:
+        if leaf not in leaves:
+            raise SpecError(source, f"hosts.roles.{leaf}",
+                            f"no such leaf; leaves are leaf1..leaf{topo.leaves}")
+    for node in topo.asn.overrides:
+        if node not in routers:
+            raise SpecError(source, f"asn.overrides.{node}",
+                            f"no such router; routers are spine1..spine{topo.spines}, "
+                            f"leaf1..leaf{topo.leaves}")
+    if topo.bgp.hold < 3 * topo.bgp.keepalive:
+        raise SpecError(source, "bgp.hold", f"must be at least 3 x bgp.keepalive "
+                        f"({3 * topo.bgp.keepalive}) (got {topo.bgp.hold})")
+    nets = {k: ipaddress.IPv4Network(v) for k, v in topo.pools.model_dump().items()}
+    if topo.addressing is Addressing.UNNUMBERED:
+        nets.pop("fabric")
+    for a, na in nets.items():
+        for b, nb in nets.items():
+            if a < b and na.overlaps(nb):
+                raise SpecError(source, f"pools.{b}", f"{nb} overlaps pools.{a} ({na})")
+
+
+def _asns(topo: Topology, source: str, spines: list[str], leaves: list[str]) -> dict[str, int]:
+    asns = {s: topo.asn.spine for s in spines}
+    asns.update({leaf: topo.asn.leaf_base + i for i, leaf in enumerate(leaves)})
+    asns.update(topo.asn.overrides)
+    seen: dict[int, str] = {}
+    for leaf in leaves:  # RFC 7938: a leaf needs its own ASN or eBGP loop checks drop routes
+        asn = asns[leaf]
+        clash = seen.get(asn) or (spines[0] if asn in {asns[s] for s in spines} else None)
+        if clash:
+            field = f"asn.overrides.{leaf}" if leaf in topo.asn.overrides else "asn.leaf_base"
+            raise SpecError(source, field, f"{leaf} would get ASN {asn}, already used by {clash}")
+        seen[asn] = leaf
+    return asns
+
+
+def _take(net: ipaddress.IPv4Network, prefix: int, count: int, source: str, field: str
+          ) -> list[ipaddress.IPv4Network]:
+    if prefix < net.prefixlen or count > 2 ** (prefix - net.prefixlen):
+        raise SpecError(source, field, f"{net} is too small: needs {count} /{prefix} blocks")
+    it = net.subnets(new_prefix=prefix)
+    return [next(it) for _ in range(count)]
+
+
+def _loopbacks(topo: Topology, source: str, routers: list[str]) -> dict[str, str]:
+    nets = _take(ipaddress.IPv4Network(topo.pools.loopbacks), 32, len(routers) + 1,
+                 source, "pools.loopbacks")[1:]  # skip the network address itself
+    return {r: str(n.network_address) for r, n in zip(routers, nets)}
+
+
+def _fabric(topo: Topology, source: str, spines: list[str], leaves: list[str]
+            ) -> tuple[list[Link], dict[str, list[Interface]]]:
+    numbered = topo.addressing is Addressing.NUMBERED
+    subnets = iter(_take(ipaddress.IPv4Network(topo.pools.fabric), 31, len(spines) * len(leaves),
+                         source, "pools.fabric") if numbered else [])
+    links: list[Link] = []
+    ifs: dict[str, list[Interface]] = {r: [] for r in spines + leaves}
+    for leaf in leaves:
+        for spine in spines:
+            net = next(subnets, None)
+            s_addr = f"{net[0]}/31" if net else None
+            l_addr = f"{net[1]}/31" if net else None
+            ifs[spine].append(Interface(leaf, leaf, spine, s_addr, fabric=True))
+            ifs[leaf].append(Interface(spine, spine, leaf, l_addr, fabric=True))
+            links.append(Link(leaf, spine, spine, leaf, fabric=True))
+    return links, ifs
+
+
+def _roles(topo: Topology, leaves: list[str]) -> dict[str, Role]:
+    first_half = (len(leaves) + 1) // 2
+    roles = {leaf: Role.PREFILL if i < first_half else Role.DECODE for i, leaf in enumerate(leaves)}
+    roles.update(topo.hosts.roles)
+    return roles
+
+
+def _hosts(topo: Topology, source: str, leaves: list[str]
+           ) -> tuple[list[Node], list[Link], dict[str, list[Interface]]]:
+    blocks = _take(ipaddress.IPv4Network(topo.pools.hosts), 24, len(leaves), source, "pools.hosts")
+    roles = _roles(topo, leaves)
+    counters = {r: 0 for r in Role}
+    nodes, links, ifs = [], [], {}
+    for leaf, block in zip(leaves, blocks):
+        ifs[leaf] = []
+        for k, net in enumerate(list(block.subnets(new_prefix=31))[: topo.hosts.per_leaf]):
+            role = roles[leaf]
+            counters[role] += 1
+            name = f"{role.value}{counters[role]}"
+            gw, own = str(net[0]), str(net[1])
+            ifs[leaf].append(Interface(name, name, HOST_IFNAME, f"{gw}/31", fabric=False))
+            nodes.append(Node(
+                name=name, kind=Kind.HOST, netns=f"{topo.name}-{name}", role=role, leaf=leaf,
+                gateway=gw, interfaces=(Interface(HOST_IFNAME, leaf, name, f"{own}/31", False),)))
+            links.append(Link(leaf, name, name, HOST_IFNAME, fabric=False))
+    return nodes, links, ifs

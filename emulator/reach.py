@@ -1,0 +1,95 @@
+"""Host-to-host reachability with real ICMP echo, from inside each host namespace.
+
+One raw ICMP socket per host namespace, opened by a thread that entered the
+namespace (sockets stay where they were born), then driven from a single
+thread with select(): a full mesh of a 32-host fabric is ~1000 echoes and
+takes milliseconds, where `ping` subprocesses would take minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+from contextlib import ExitStack
+
+from . import netns
+from .plan import Node
+
+ICMP_ECHO_REQUEST = 8
+ICMP_ECHO_REPLY = 0
+RESEND_S = 0.2
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s = (s >> 16) + (s & 0xFFFF)
+    s += s >> 16
+    return ~s & 0xFFFF
+
+
+def echo_request(ident: int, seq: int) -> bytes:
+    payload = b"rocelab-reach"
+    header = struct.pack("!BBHHH", ICMP_ECHO_REQUEST, 0, 0, ident, seq)
+    csum = _checksum(header + payload)
+    return struct.pack("!BBHHH", ICMP_ECHO_REQUEST, 0, csum, ident, seq) + payload
+
+
+def parse_reply(packet: bytes) -> tuple[int, int] | None:
+    """(ident, seq) of an IPv4 echo reply, or None for anything else."""
+    if len(packet) < 28:
+        return None
+    ihl = (packet[0] & 0x0F) * 4
+    kind, _, _, ident, seq = struct.unpack_from("!BBHHH", packet, ihl)
+    return (ident, seq) if kind == ICMP_ECHO_REPLY else None
+
+
+def _open_socket(host: Node) -> socket.socket:
+    with netns.entered(host.netns):
+        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    s.setblocking(False)
+    return s
+
+
+def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0) -> list[tuple[str, str]]:
+    """Ping every host from every other host; return the (src, dst) pairs that got no reply."""
+    if len(hosts) < 2:
+        return []
+    base = os.getpid() & 0x7FFF
+    idents = {(base + i) & 0xFFFF: h for i, h in enumerate(hosts)}
+    index = {h.name: i for i, h in enumerate(hosts)}
+    pending = {(s.name, d.name) for s in hosts for d in hosts if s is not d}
+    with ExitStack() as stack:
+        socks = {}
+        for ident, h in idents.items():
+            socks[ident] = stack.enter_context(_open_socket(h))
+        by_fd = {s.fileno(): ident for ident, s in socks.items()}
+        ident_of = {h.name: ident for ident, h in idents.items()}
+        deadline = time.monotonic() + timeout_s
+        next_send = 0.0
+        while pending and time.monotonic() < deadline:
+            if time.monotonic() >= next_send:
+                for src, dst in pending:
+                    pkt = echo_request(ident_of[src], index[dst])
+                    socks[ident_of[src]].sendto(pkt, (hosts[index[dst]].address, 0))
+                next_send = time.monotonic() + RESEND_S
+            ready, _, _ = select.select(list(by_fd), [], [], 0.02)
+            for fd in ready:
+                _drain(socks[by_fd[fd]], idents, hosts, pending)
+    return sorted(pending)
+
+
+def _drain(sock: socket.socket, idents: dict[int, Node], hosts: list[Node],
+           pending: set[tuple[str, str]]) -> None:
+    while True:
+        try:
+            packet = sock.recv(2048)
+        except BlockingIOError:
+            return
+        reply = parse_reply(packet)
+        if reply and reply[0] in idents and reply[1] < len(hosts):
+            pending.discard((idents[reply[0]].name, hosts[reply[1]].name))

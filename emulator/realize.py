@@ -1,0 +1,142 @@
+"""Realize a Plan in the kernel: namespaces, veths, addresses, sysctls.
+
+All netlink work goes through pyroute2. Namespaces are built in parallel
+(each worker thread enters its namespace; see netns.py); veths are created
+from the calling thread with *both* ends placed directly in their
+namespaces, so the root namespace never holds a lab device, not even
+briefly. Every namespace is tagged (lo's ifalias = rocelab:<lab>) before it
+becomes visible under /run/netns, so `down` can find it from kernel state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from . import netns
+from .errors import RealizeError
+from .paths import NS_TAG_PREFIX
+from .plan import Node, Plan
+
+T = TypeVar("T")
+WORKERS = 4  # netlink is serialised by the kernel's RTNL lock; a few threads hide syscall latency
+
+# Set inside each namespace before any veth exists (accept_dad: addresses usable at once).
+COMMON_SYSCTLS = {
+    "net/ipv6/conf/all/accept_dad": "0",
+    "net/ipv6/conf/default/accept_dad": "0",
+    "net/ipv6/conf/all/disable_ipv6": "0",
+    "net/ipv6/conf/default/disable_ipv6": "0",
+    "net/ipv4/conf/all/rp_filter": "0",
+    "net/ipv4/conf/default/rp_filter": "0",
+}
+ROUTER_SYSCTLS = {
+    "net/ipv4/ip_forward": "1",
+    "net/ipv6/conf/all/forwarding": "1",
+    "net/ipv4/fib_multipath_hash_policy": "1",  # L4 hash: or every flow takes one spine
+    "net/ipv6/fib_multipath_hash_policy": "1",
+    "net/ipv4/conf/all/ignore_routes_with_linkdown": "1",  # carrier loss drops a path at once
+    "net/ipv4/conf/default/ignore_routes_with_linkdown": "1",
+}
+
+
+def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
+    """Run fn over items on worker threads; re-raise the first failure."""
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(fn, items))
+
+
+def write_sysctls(values: dict[str, str]) -> None:
+    """Write sysctls of the calling thread's current network namespace."""
+    for key, value in values.items():
+        with open(f"/proc/sys/{key}", "w") as f:
+            f.write(value)
+
+
+def _tag_and_prepare(lab: str, node: Node) -> Callable[[], None]:
+    def init() -> None:
+        write_sysctls(COMMON_SYSCTLS | (ROUTER_SYSCTLS if node.is_router else {}))
+        with IPRoute() as ipr:
+            lo = ipr.link_lookup(ifname="lo")[0]
+            ipr.link("set", index=lo, ifalias=f"{NS_TAG_PREFIX}{lab}", state="up")
+    return init
+
+
+def create_namespaces(plan: Plan, undo: contextlib.ExitStack) -> None:
+    def one(node: Node) -> None:
+        try:
+            netns.create(node.netns, init=_tag_and_prepare(plan.lab, node))
+        except FileExistsError:
+            raise RealizeError(f"namespace {node.netns} already exists") from None
+        except OSError as e:
+            raise RealizeError(f"cannot create namespace {node.netns}: {e}") from None
+        undo.callback(netns.remove, node.netns)
+
+    parallel(one, plan.nodes)
+
+
+def create_links(plan: Plan) -> None:
+    """Make every veth with both ends already inside their namespaces."""
+    fds = {n.name: netns.open_fd(n.netns) for n in plan.nodes}
+    try:
+        with IPRoute() as ipr:
+            for link in plan.links:
+                try:
+                    ipr.link("add", ifname=link.a_ifname, kind="veth", net_ns_fd=fds[link.a],
+                             peer={"ifname": link.b_ifname, "net_ns_fd": fds[link.b]})
+                except NetlinkError as e:
+                    raise RealizeError(
+                        f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
+                        f"{os.strerror(e.code)}") from None
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _configure(plan: Plan, node: Node) -> None:
+    with netns.entered(node.netns), IPRoute() as ipr:
+        if node.loopback:
+            lo = ipr.link_lookup(ifname="lo")[0]
+            _add_address(ipr, lo, f"{node.loopback}/32")
+        for port in node.interfaces:
+            idx = ipr.link_lookup(ifname=port.name)[0]
+            ipr.link("set", index=idx, mtu=plan.mtu)
+            if port.address:
+                _add_address(ipr, idx, port.address)
+            ipr.link("set", index=idx, state="up")
+        if node.gateway:
+            ipr.route("add", dst="0.0.0.0/0", gateway=node.gateway)
+
+
+def _add_address(ipr: IPRoute, index: int, cidr: str) -> None:
+    iface = ipaddress.IPv4Interface(cidr)
+    try:
+        ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
+    except NetlinkError as e:
+        if e.code != errno.EEXIST:
+            raise
+
+
+def configure_nodes(plan: Plan) -> None:
+    def one(node: Node) -> None:
+        try:
+            _configure(plan, node)
+        except (NetlinkError, OSError) as e:
+            raise RealizeError(f"cannot configure {node.name}: {e}") from None
+
+    parallel(one, plan.nodes)
+
+
+def realize(plan: Plan, undo: contextlib.ExitStack) -> None:
+    """Namespaces (tagged), then wires, then addresses and routes."""
+    create_namespaces(plan, undo)
+    create_links(plan)
+    configure_nodes(plan)

@@ -1,0 +1,191 @@
+"""The topology file, validated at the boundary.
+
+Everything a user may write is declared here with pydantic (`extra="forbid"`,
+strict types), so a typo is an error naming the field, never a silent default.
+`load()` turns any problem into one `SpecError` line; nothing downstream ever
+sees an unvalidated value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import SpecError
+
+LAB_NAME = r"^[a-z][a-z0-9]{0,14}(-[a-z0-9]+)*$"
+MAX_LAB_NAME = 24
+SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT])(?:bit|bps|b)?$", re.IGNORECASE)
+SPEED_UNITS = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+class Addressing(str, Enum):
+    UNNUMBERED = "unnumbered"  # RFC 5549: IPv4 routes over IPv6 link-local next hops
+    NUMBERED = "numbered"  # a /31 per fabric link
+
+
+class Role(str, Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Links(Strict):
+    speed: str = Field("400G", description="Emulated line rate of every link, e.g. 100G, 400G, 800G.")
+    mtu: Annotated[int, Field(ge=1280, le=65535)] = Field(9000, description="IP MTU of every link.")
+
+    @field_validator("speed")
+    @classmethod
+    def _speed(cls, v: str) -> str:
+        if not SPEED_RE.match(v.strip()):
+            raise ValueError("must be a rate like 100G, 400G or 25000M")
+        if parse_speed(v) <= 0:
+            raise ValueError("must be greater than zero")
+        return v
+
+
+class Bfd(Strict):
+    enabled: bool = Field(False, description="Run bfdd and tie every BGP session to BFD.")
+    interval_ms: Annotated[int, Field(ge=10, le=60000)] = Field(
+        100, description="BFD transmit and receive interval in milliseconds.")
+    multiplier: Annotated[int, Field(ge=2, le=255)] = Field(
+        3, description="Missed packets before a session is declared down.")
+
+
+class Bgp(Strict):
+    keepalive: Annotated[int, Field(ge=1, le=3600)] = Field(3, description="Seconds.")
+    hold: Annotated[int, Field(ge=3, le=65535)] = Field(9, description="Seconds; at least 3 x keepalive.")
+
+
+class Asn(Strict):
+    spine: Annotated[int, Field(ge=1, le=4294967294)] = Field(
+        65000, description="ASN shared by every spine (RFC 7938).")
+    leaf_base: Annotated[int, Field(ge=1, le=4294967294)] = Field(
+        65101, description="leafN gets leaf_base + N - 1.")
+    overrides: dict[str, Annotated[int, Field(ge=1, le=4294967294)]] = Field(
+        default_factory=dict, description="Per-router ASN, e.g. {leaf3: 65200}.")
+
+
+class Pools(Strict):
+    loopbacks: str = Field("10.0.0.0/24", description="Router loopbacks (/32 each), spines first.")
+    fabric: str = Field("10.1.0.0/16", description="Leaf-spine /31s (numbered addressing only).")
+    hosts: str = Field("10.2.0.0/16", description="One /24 per leaf; one /31 per host link in it.")
+
+    @field_validator("loopbacks", "fabric", "hosts")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"must be an IPv4 network like 10.0.0.0/24 ({e})") from None
+        return str(net)
+
+
+class Hosts(Strict):
+    per_leaf: Annotated[int, Field(ge=1, le=64)] = Field(2, description="Hosts attached to each leaf.")
+    roles: dict[str, Annotated[Role, Field(strict=False)]] = Field(
+        default_factory=dict,
+        description="Role of each leaf's hosts, e.g. {leaf1: prefill}. Unlisted leaves: "
+                    "the first half prefill, the rest decode.")
+
+
+class Topology(Strict):
+    name: str = Field(description="Lab name: lowercase letters, digits and dashes; namespaces are <name>-<node>.")
+    description: str = ""
+    addressing: Annotated[Addressing, Field(strict=False)] = Field(
+        Addressing.UNNUMBERED, description="unnumbered (RFC 5549) or numbered (/31 per link).")
+    spines: Annotated[int, Field(ge=1, le=32)] = 2
+    leaves: Annotated[int, Field(ge=1, le=64)] = 4
+    hosts: Hosts = Field(default_factory=Hosts)
+    links: Links = Field(default_factory=Links)
+    bfd: Bfd = Field(default_factory=Bfd)
+    bgp: Bgp = Field(default_factory=Bgp)
+    asn: Asn = Field(default_factory=Asn)
+    pools: Pools = Field(default_factory=Pools)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > MAX_LAB_NAME or not re.match(LAB_NAME, v):
+            raise ValueError(
+                f"must be 1-{MAX_LAB_NAME} characters: lowercase letters and digits, "
+                "single dashes between them, starting with a letter")
+        return v
+
+
+def parse_speed(text: str) -> int:
+    """'400G' -> 400_000_000_000 bits per second."""
+    m = SPEED_RE.match(text.strip())
+    if not m:
+        raise ValueError(text)
+    return int(float(m.group(1)) * SPEED_UNITS[m.group(2).upper()])
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Topology.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rocelab topology"
+    return schema
+
+
+def _describe(err: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]:
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    kind, got = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        parent = _model_at(model, err["loc"][:-1])
+        allowed = ", ".join(parent.model_fields) if parent else "?"
+        return loc, f"unknown field; allowed: {allowed}"
+    if kind == "missing":
+        return loc, "is required"
+    msg = err["msg"].removeprefix("Value error, ")
+    msg = msg[0].lower() + msg[1:] if msg else msg
+    if kind == "enum":
+        msg = "must be one of " + err["ctx"]["expected"].replace(" or ", ", ")
+    return loc, f"{msg} (got {json.dumps(got, default=str)})"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None) if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def parse(data: Any, source: str = "<topology>") -> Topology:
+    """Validate already-loaded YAML data; raise SpecError naming the first bad field."""
+    if not isinstance(data, dict):
+        raise SpecError(source, "(top level)", "must be a mapping of fields (name, spines, leaves, ...)")
+    try:
+        return Topology.model_validate(data)
+    except ValidationError as e:
+        errors = sorted(e.errors(), key=lambda x: [str(p) for p in x["loc"]])
+        field, problem = _describe(errors[0], Topology)
+        raise SpecError(source, field, problem) from None
+
+
+def load(path: str | Path) -> Topology:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError(str(p), "(file)", f"cannot read: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(file)"
+        raise SpecError(str(p), where, f"invalid YAML: {getattr(e, 'problem', e)}") from None
+    return parse(data, str(p))
