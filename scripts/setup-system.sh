@@ -3,7 +3,7 @@
 # Idempotent and quick when everything is present: apt runs only if something is missing.
 set -euo pipefail
 
-PACKAGES=(frr iproute2 iputils-ping tcpdump tshark iperf3 procps)
+PACKAGES=(frr iproute2 iputils-ping tcpdump tshark iperf3 nftables procps)
 python3 -c 'import ensurepip, venv' 2>/dev/null || PACKAGES+=(python3-venv python3-pip)
 
 missing=()

@@ -1,0 +1,140 @@
+"""Integration fixtures: real labs in namespaces, always destroyed, and proof the host is untouched.
+
+Every lab built here is named `it-*`; the session fixture snapshots the root
+namespace (links, addresses, routes, selected sysctls, nftables) before the
+first test and compares after the last, and checks that no `it-*` namespace,
+process or run dir survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator import lab, netns, state
+
+ROCELAB = str(Path(sys.executable).parent / "rocelab")
+PREFIX = "it-"
+SYSCTLS = [
+    "net/ipv4/ip_forward", "net/ipv4/fib_multipath_hash_policy", "net/ipv6/fib_multipath_hash_policy",
+    "net/ipv6/conf/all/forwarding", "net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad",
+    "net/ipv4/conf/all/rp_filter", "net/ipv4/conf/default/rp_filter",
+    "net/ipv4/conf/all/ignore_routes_with_linkdown", "net/ipv6/conf/all/disable_ipv6",
+]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+def _need_root_and_frr():
+    if os.geteuid() != 0:
+        pytest.skip("integration tests need root")
+    if not Path("/usr/lib/frr/zebra").exists():
+        pytest.fail("FRR is not installed: run `make setup`")
+
+
+def _ip_json(*args: str):
+    out = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, check=True).stdout
+    return json.loads(out or "[]")
+
+
+def root_snapshot() -> dict:
+    """What a lab must never change in the root namespace."""
+    links = [{k: l.get(k) for k in ("ifname", "flags", "mtu", "address", "link_type", "master")}
+             for l in _ip_json("link", "show")]
+    addrs = [{"ifname": a["ifname"], "addr": sorted(f"{i['local']}/{i['prefixlen']}"
+              for i in a.get("addr_info", []))} for a in _ip_json("addr", "show")]
+    sysctls = {k: Path(f"/proc/sys/{k}").read_text().strip() for k in SYSCTLS}
+    nft = shutil.which("nft") and subprocess.run(["nft", "list", "ruleset"], capture_output=True,
+                                                 text=True).stdout
+    return {"links": links, "addrs": addrs, "routes4": _ip_json("route", "show", "table", "all"),
+            "routes6": _ip_json("-6", "route", "show", "table", "all"), "sysctls": sysctls,
+            "nft": nft, "rules": _ip_json("rule", "show")}
+
+
+def leftovers(name_prefix: str = PREFIX) -> dict:
+    ns = [n for n in netns.list_names() if n.startswith(name_prefix)]
+    procs = [p for p, tag in state.tagged_processes().items() if tag.startswith(name_prefix)]
+    dirs = [d for d in state.run_dir_labs() if d.startswith(name_prefix)]
+    return {k: v for k, v in {"namespaces": ns, "processes": procs, "run_dirs": dirs}.items() if v}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_untouched():
+    _need_root_and_frr()
+    assert not leftovers(), f"leftovers from an earlier run: {leftovers()}"
+    before = root_snapshot()
+    yield
+    after = root_snapshot()
+    for key in before:
+        assert after[key] == before[key], f"root namespace changed: {key}"
+    assert not leftovers(), f"tests left lab resources behind: {leftovers()}"
+
+
+def cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    res = subprocess.run([ROCELAB, *args], capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"rocelab {' '.join(args)} -> {res.returncode}\n{res.stderr}")
+    return res
+
+
+class Lab:
+    """A running lab for a test; `down` is guaranteed by the fixture."""
+
+    def __init__(self, topology: str, name: str):
+        self.topology, self.name = topology, name
+
+    def up(self, *extra: str):
+        res = cli("up", self.topology, "--name", self.name, *extra)
+        self.plan = lab.lab_plan(self.name)
+        return res
+
+    def status(self) -> dict:
+        return json.loads(cli("status", self.name, "--json", check=False).stdout)
+
+    def exec(self, node: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return cli("exec", self.name, node, "--", *argv, check=check)
+
+    def down(self):
+        return cli("down", self.name)
+
+
+def make_lab(topology: str, name: str):
+    lab_ = Lab(topology, name)
+    try:
+        lab_.up()
+        yield lab_
+    finally:
+        cli("down", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def clos_unnumbered():
+    yield from make_lab("topologies/clos-2x4.yaml", "it-unnum")
+
+
+@pytest.fixture(scope="module")
+def clos_numbered():
+    yield from make_lab("topologies/clos-2x4-numbered.yaml", "it-num")
+
+
+def poll(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    """Poll until predicate() is truthy; fail saying what was expected and last seen."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
