@@ -37,6 +37,6 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool) -> N
         f"[green]lab {p.lab} converged[/] in {t['total_s']:.2f} s: {len(p.routers)} routers, "
         f"{len(p.hosts)} hosts, {len(p.links)} links "
         f"(realize {t['realize_s']:.2f} s, daemons {t['daemons_start_s']:.2f} s, "
-        f"BGP {t['bgp_converged_s']:.2f} s, verify {t['verified_s']:.2f} s)")
+        f"BGP {t['bgp_converged_s']:.2f} s, verify {t['verified_s']:.2f} s)", soft_wrap=True)
     click.echo(f"next: rocelab status {p.lab}   rocelab exec {p.lab} {p.hosts[0].name} -- ping "
                f"{p.hosts[-1].address}   rocelab down {p.lab}", file=sys.stdout)
