@@ -101,17 +101,17 @@ class Hosts(Strict):
 
 class Topology(Strict):
     name: str = Field(description="Lab name: lowercase letters, digits and dashes; namespaces are <name>-<node>.")
-    description: str = ""
+    description: str = Field("", description="Free text, shown nowhere but the plan.")
     addressing: Annotated[Addressing, Field(strict=False)] = Field(
         Addressing.UNNUMBERED, description="unnumbered (RFC 5549) or numbered (/31 per link).")
-    spines: Annotated[int, Field(ge=1, le=32)] = 2
-    leaves: Annotated[int, Field(ge=1, le=64)] = 4
-    hosts: Hosts = Field(default_factory=Hosts)
-    links: Links = Field(default_factory=Links)
-    bfd: Bfd = Field(default_factory=Bfd)
-    bgp: Bgp = Field(default_factory=Bgp)
-    asn: Asn = Field(default_factory=Asn)
-    pools: Pools = Field(default_factory=Pools)
+    spines: Annotated[int, Field(ge=1, le=32)] = Field(2, description="Number of spines (1-32).")
+    leaves: Annotated[int, Field(ge=1, le=64)] = Field(4, description="Number of leaves (1-64).")
+    hosts: Hosts = Field(default_factory=Hosts, description="Hosts per leaf and their roles.")
+    links: Links = Field(default_factory=Links, description="Speed and MTU of every link.")
+    bfd: Bfd = Field(default_factory=Bfd, description="BFD on the BGP sessions.")
+    bgp: Bgp = Field(default_factory=Bgp, description="BGP timers.")
+    asn: Asn = Field(default_factory=Asn, description="ASN plan (RFC 7938 style).")
+    pools: Pools = Field(default_factory=Pools, description="Address pools.")
 
     @field_validator("name")
     @classmethod
