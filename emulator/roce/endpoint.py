@@ -1,0 +1,121 @@
+"""The event loop that connects queue pairs to a `Transport`.
+
+One `Endpoint` per host namespace: it owns the clock (time.monotonic), demuxes
+received segments to QPs by destination QPN (and checks the source address),
+sends what the QPs produce with the right TOS, and waits in select() only
+when no QP has anything to do before its next timer.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from emulator.errors import EngineError
+from emulator.roce.fastpath import FrameBuilder, Segment
+from emulator.roce.headers import Ecn, Opcode, udp_source_port
+from emulator.roce.rc import QueuePair
+from emulator.roce.transport import Transport
+
+CNP_DSCP = 48  # NVIDIA default: CNPs on their own strict-priority class
+_RX_BATCH = 128  # datagrams handled before QPs get a turn to send
+
+
+@dataclass
+class _Flow:
+    qp: QueuePair
+    peer_ip: str
+    peer_addr: int  # peer_ip as the integer `parse` reports in src_ip
+    builder: FrameBuilder
+
+
+class Endpoint:
+    """Drives QPs over one transport. Not thread-safe: one thread runs it.
+
+    `drop` is a fault-injection hook: return True to lose an outgoing
+    segment (counted in `injected_drops`) as if the wire had dropped it.
+    """
+
+    def __init__(self, transport: Transport, *, dscp: int = 0, ecn: Ecn = Ecn.ECT0,
+                 budget: int = 64, drop: Callable[[Segment], bool] | None = None):
+        self.transport = transport
+        self.budget = budget
+        self.injected_drops = 0
+        self.unknown_qp = 0
+        self._tos, self._cnp_tos = dscp << 2 | ecn, CNP_DSCP << 2
+        self._drop = drop
+        self._flows: dict[int, _Flow] = {}
+        if transport.on_bad_icrc is None:
+            transport.on_bad_icrc = self.note_bad_icrc
+
+    def add(self, qp: QueuePair, peer_ip: str) -> None:
+        """Start serving `qp`, whose peer QP lives at `peer_ip`."""
+        sport = udp_source_port(qp.qpn, qp.config.remote_qpn)
+        builder = FrameBuilder(self.transport.local_ip, peer_ip, sport,
+                               max_payload=qp.config.mtu)
+        addr = int.from_bytes(socket.inet_aton(peer_ip), "big")
+        self._flows[qp.qpn] = _Flow(qp, peer_ip, addr, builder)
+
+    def remove(self, qpn: int) -> QueuePair | None:
+        """Stop serving a QP (segments for it then count as `unknown_qp`)."""
+        flow = self._flows.pop(qpn, None)
+        return None if flow is None else flow.qp
+
+    def note_bad_icrc(self, seg: Segment) -> None:
+        """Transport callback: attribute a corrupted datagram to its QP if known."""
+        flow = self._flows.get(seg.dest_qp)
+        if flow is not None:
+            flow.qp.counters.bad_icrc += 1
+
+    def step(self, max_wait: float = 0.0) -> int:
+        """One turn: receive, let every QP send; wait up to `max_wait` (capped
+        at the next QP timer) only if that turn moved nothing. Returns the
+        number of segments received plus sent."""
+        moved = self._receive() + self._send()
+        if moved == 0 and max_wait > 0:
+            wait = self._wait_bound(max_wait)
+            if wait > 0:
+                select.select([self.transport], [], [], wait)
+        return moved
+
+    def run_until(self, done: Callable[[], bool], timeout: float, what: str = "transfer") -> None:
+        """Step until `done()`; raise EngineError naming `what` after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise EngineError(f"{what} did not finish within {timeout} s")
+            self.step(max_wait=0.01)
+
+    def _receive(self) -> int:
+        now = time.monotonic()
+        for count in range(_RX_BATCH):
+            seg = self.transport.recv()
+            if seg is None:
+                return count
+            flow = self._flows.get(seg.dest_qp)
+            if flow is None or seg.src_ip != flow.peer_addr:
+                self.unknown_qp += 1
+                continue
+            flow.qp.receive(seg, now)
+        return _RX_BATCH
+
+    def _send(self) -> int:
+        now, sent = time.monotonic(), 0
+        for flow in self._flows.values():
+            for seg in flow.qp.poll(now, self.budget):
+                sent += 1
+                if self._drop is not None and self._drop(seg):
+                    self.injected_drops += 1
+                    continue
+                tos = self._cnp_tos if seg.opcode == Opcode.CNP else self._tos
+                datagram = flow.builder.build(seg, self.transport.next_ip_id(), tos)
+                self.transport.send(datagram, flow.peer_ip)
+        return sent
+
+    def _wait_bound(self, max_wait: float) -> float:
+        now = time.monotonic()
+        deadlines = [d for f in self._flows.values() if (d := f.qp.next_deadline()) is not None]
+        return min([max_wait] + [d - now for d in deadlines])

@@ -1,0 +1,247 @@
+"""The requester half of an RC queue pair: segmentation, window, go-back-N.
+
+Work requests get their PSNs when posted. Three pointers walk the PSN space:
+`una` (oldest unacknowledged), `nxt` (next to transmit) and `tail` (first
+PSN of the next work request). Packets are never stored: any PSN's packet is
+rebuilt from its work request, so going back N is just `nxt = una`.
+
+A READ of n packets consumes n PSNs (one per response packet) but sends one
+READ REQUEST per `read_chunk` PSNs, so the send window also paces the
+responses of a large READ. Response data lands in the requester's buffer at
+(PSN - first PSN) * MTU.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from emulator.errors import EngineError
+from emulator.roce.fastpath import Segment
+from emulator.roce.headers import AckKind, Opcode, Syndrome, ack_kind
+from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
+from emulator.roce.verbs import (
+    LAST, ONLY, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind, packets_for,
+    position,
+)
+
+_NAK_STATUS = {
+    Syndrome.NAK_REMOTE_ACCESS_ERROR: WcStatus.REMOTE_ACCESS_ERROR,
+    Syndrome.NAK_INVALID_REQUEST: WcStatus.REMOTE_INVALID_REQUEST,
+    Syndrome.NAK_REMOTE_OPERATIONAL_ERROR: WcStatus.REMOTE_OPERATIONAL_ERROR,
+}
+# PSN comparisons hold while less than 2**23 PSNs are in play; stay well inside.
+MAX_QUEUED_PSNS = 1 << 22
+_new_segment = tuple.__new__  # a Segment from a full tuple, without keyword handling
+
+
+@dataclass(slots=True)
+class _Wr:
+    wr_id: int
+    kind: WrKind
+    first: int  # first PSN
+    npkts: int  # PSNs consumed
+    local: memoryview  # source (WRITE/SEND) or destination (READ)
+    va: int = 0
+    rkey: int = 0
+
+    def holds(self, psn: int) -> bool:
+        return 0 <= psn_diff(psn, self.first) < self.npkts
+
+
+class Requester:
+    """Sends work requests and retires them as ACKs and READ responses arrive."""
+
+    def __init__(self, cfg: QpConfig, counters: QpCounters,
+                 complete: Callable[[Completion], None]):
+        self.cfg, self.counters, self._complete = cfg, counters, complete
+        self.una = self.nxt = self.tail = self._high = cfg.send_psn
+        self._wrs: deque[_Wr] = deque()
+        self._tx = 0  # index in _wrs of the work request holding nxt
+        self._rto = cfg.rto
+        self._retries = 0
+        self._deadline: float | None = None
+        self._nak_hold: int | None = None  # una at the last implied NAK
+        self.failed: WcStatus | None = None
+
+    # -- posting -----------------------------------------------------------
+
+    def post(self, wr_id: int, kind: WrKind, local: memoryview, va: int = 0,
+             rkey: int = 0) -> None:
+        npkts = packets_for(len(local), self.cfg.mtu)
+        if ((self.tail - self.una) & PSN_MASK) + npkts > MAX_QUEUED_PSNS:
+            raise EngineError(f"QP {self.cfg.qpn:#x}: more than {MAX_QUEUED_PSNS} packets "
+                              "queued; wait for completions before posting more")
+        self._wrs.append(_Wr(wr_id, kind, self.tail, npkts, local, va, rkey))
+        self.tail = psn_add(self.tail, npkts)
+
+    @property
+    def idle(self) -> bool:
+        return not self._wrs
+
+    def next_deadline(self) -> float | None:
+        return self._deadline
+
+    # -- transmit ----------------------------------------------------------
+
+    def poll(self, now: float, budget: int, out: list[Segment]) -> None:
+        """Append up to `budget` request packets the window allows."""
+        if self._deadline is not None and now >= self._deadline:
+            self._on_timeout(now)
+        window, counters = self.cfg.window, self.counters
+        # nxt is never behind una, so the masked difference is the distance.
+        while (budget > 0 and self.failed is None and self.nxt != self.tail
+               and (self.nxt - self.una) & PSN_MASK < window):
+            nxt = self.nxt
+            seg, used = self._segment(self._wr_at(nxt), nxt)
+            out.append(seg)
+            if psn_diff(nxt, self._high) < 0:
+                counters.retransmitted_packets += 1
+            self.nxt = nxt = (nxt + used) & PSN_MASK
+            if psn_diff(nxt, self._high) > 0:
+                self._high = nxt
+            budget -= 1
+            if self._deadline is None:
+                self._deadline = now + self._rto
+
+    def _wr_at(self, psn: int) -> _Wr:
+        """The work request holding `psn`, scanning on from the last one used."""
+        while not self._wrs[self._tx].holds(psn):
+            self._tx += 1
+        return self._wrs[self._tx]
+
+    def _segment(self, wr: _Wr, psn: int) -> tuple[Segment, int]:
+        """The packet for `psn` of `wr`, and how many PSNs it consumes."""
+        mtu, index = self.cfg.mtu, (psn - wr.first) & PSN_MASK
+        if wr.kind is WrKind.READ:
+            chunk = self.cfg.read_chunk
+            end = min(wr.npkts, (index // chunk + 1) * chunk)
+            length = min(len(wr.local), end * mtu) - index * mtu
+            return Segment(Opcode.READ_REQUEST, self.cfg.remote_qpn, psn, False,
+                           wr.va + index * mtu, wr.rkey, length), end - index
+        pos = position(index, wr.npkts)
+        opcode = OPCODES[wr.kind][pos]
+        ackreq = pos == ONLY or pos == LAST or (psn - self.una + 1) & PSN_MASK >= self.cfg.window
+        payload = wr.local[index * mtu:(index + 1) * mtu]
+        reth = opcode == Opcode.WRITE_FIRST or opcode == Opcode.WRITE_ONLY
+        return _new_segment(Segment, (
+            opcode, self.cfg.remote_qpn, psn, ackreq, wr.va if reth else 0,
+            wr.rkey if reth else 0, len(wr.local) if reth else 0, 0, 0, payload, False, 0, 0,
+        )), 1
+
+    # -- receive -----------------------------------------------------------
+
+    def on_ack(self, seg: Segment, now: float) -> None:
+        kind = ack_kind(seg.syndrome)
+        if kind is AckKind.ACK:
+            self.counters.acks_rx += 1
+            if not self._acked_through(seg.psn, now):
+                self.counters.unexpected_acks += 1
+            return
+        if kind is not AckKind.NAK or not self._outstanding(seg.psn):
+            self.counters.unexpected_acks += 1
+            return
+        self.counters.naks_rx += 1
+        self._acked_through(psn_add(seg.psn, -1), now)
+        if seg.syndrome == Syndrome.NAK_PSN_SEQUENCE_ERROR:
+            self._go_back(self.una)  # == seg.psn unless a READ before it is incomplete
+        else:
+            self._fail(_NAK_STATUS.get(seg.syndrome, WcStatus.REMOTE_OPERATIONAL_ERROR))
+
+    def on_read_response(self, seg: Segment, now: float) -> None:
+        if seg.opcode in (Opcode.READ_RESPONSE_FIRST, Opcode.READ_RESPONSE_ONLY):
+            self._acked_through(psn_add(seg.psn, -1), now)  # implicit ACK of earlier requests
+        ahead = psn_diff(seg.psn, self.una)
+        if ahead < 0:
+            self.counters.duplicates += 1
+            return
+        if ahead > 0:
+            self.counters.out_of_sequence += 1
+            self._implied_nak()
+            return
+        wr = self._wrs[0] if self._wrs else None
+        offset = psn_diff(seg.psn, wr.first) * self.cfg.mtu if wr else 0
+        if (wr is None or wr.kind is not WrKind.READ
+                or len(seg.payload) != min(self.cfg.mtu, len(wr.local) - offset)):
+            self.counters.unexpected_acks += 1
+            return
+        wr.local[offset:offset + len(seg.payload)] = seg.payload
+        self.counters.rx_packets += 1
+        self.counters.rx_bytes += len(seg.payload)
+        self._advance(psn_add(seg.psn, 1), now)
+
+    def _outstanding(self, psn: int) -> bool:
+        """Sent at least once and not yet acknowledged (a go-back may have
+        moved `nxt` behind it, so compare with the highest PSN ever sent)."""
+        return 0 <= psn_diff(psn, self.una) < psn_diff(self._high, self.una)
+
+    def _acked_through(self, psn: int, now: float) -> bool:
+        """Cumulative ACK of every PSN up to `psn`; False if `psn` was never sent."""
+        target = psn_add(psn, 1)
+        gain = psn_diff(target, self.una)
+        if gain > psn_diff(self._high, self.una):
+            return False
+        if gain <= 0:
+            return True  # old or repeated ACK
+        clipped = self._clip_at_read(target)
+        self._advance(clipped, now)
+        if clipped != target:  # the ACK went past a READ whose responses are missing
+            self._implied_nak()
+        return True
+
+    def _clip_at_read(self, target: int) -> int:
+        """An ACK cannot retire a READ: only its response data can."""
+        for wr in self._wrs:
+            if psn_diff(wr.first, target) >= 0:
+                break
+            if wr.kind is WrKind.READ:
+                return wr.first if psn_diff(wr.first, self.una) > 0 else self.una
+        return target
+
+    def _advance(self, una: int, now: float) -> None:
+        if psn_diff(una, self.una) <= 0:
+            return
+        self.una = una
+        self._retries, self._rto, self._nak_hold = 0, self.cfg.rto, None
+        while self._wrs and psn_diff(self.una, self._wrs[0].first) >= self._wrs[0].npkts:
+            wr = self._wrs.popleft()
+            self._tx = max(0, self._tx - 1)
+            self._complete(Completion(wr.wr_id, wr.kind, WcStatus.SUCCESS, len(wr.local)))
+        if psn_diff(self.nxt, self.una) < 0:  # responses overtook a go-back
+            self.nxt, self._tx = self.una, 0
+        self._deadline = None if self.una == self.nxt else now + self._rto
+
+    def _implied_nak(self) -> None:
+        """Go back to `una` once per stall: a READ response or ACK skipped data."""
+        if self._nak_hold == self.una:
+            return
+        self._nak_hold = self.una
+        self.counters.implied_naks += 1
+        self._go_back(self.una)
+
+    def _go_back(self, psn: int) -> None:
+        self.nxt, self._tx = psn, 0
+
+    def _on_timeout(self, now: float) -> None:
+        if self.una == self.nxt:
+            self._deadline = None
+            return
+        self.counters.timeouts += 1
+        self._retries += 1
+        if self._retries > self.cfg.retry_limit:
+            self._fail(WcStatus.RETRY_EXCEEDED)
+            return
+        self._rto = min(self._rto * 2, self.cfg.rto_max)
+        self._deadline = now + self._rto
+        self._nak_hold = None
+        self._go_back(self.una)
+
+    def _fail(self, status: WcStatus) -> None:
+        """Complete the failing request with `status`, flush the rest (IBTA 10.8)."""
+        self.failed, self._deadline = status, None
+        while self._wrs:
+            wr = self._wrs.popleft()
+            self._complete(Completion(wr.wr_id, wr.kind, status, 0))
+            status = WcStatus.FLUSHED
+        self.una = self.nxt = self.tail

@@ -1,0 +1,238 @@
+"""The responder half of an RC queue pair: in-order acceptance and placement.
+
+Requests are accepted only at the expected PSN (`epsn`). A request behind it
+is a duplicate: dropped and re-ACKed (a duplicate READ REQUEST is executed
+again, since READ responses are never acknowledged). A request ahead of it
+means loss: the first one triggers a single PSN-sequence-error NAK, and no
+further NAK is sent until `epsn` arrives.
+
+Everything the responder sends goes through one ordered queue, because an
+ACK implicitly acknowledges the READs before it: it must not overtake their
+responses. Consecutive ACKs in the queue coalesce into one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from emulator.roce.fastpath import Segment
+from emulator.roce.headers import Opcode, Syndrome
+from emulator.roce.memory import Access, MemoryTable
+from emulator.roce.psn import psn_add, psn_diff
+from emulator.roce.verbs import (
+    FIRST, LAST, MIDDLE, ONLY, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind,
+    packets_for, position,
+)
+
+_STARTS = {Opcode.WRITE_FIRST: WrKind.WRITE, Opcode.WRITE_ONLY: WrKind.WRITE,
+           Opcode.SEND_FIRST: WrKind.SEND, Opcode.SEND_ONLY: WrKind.SEND,
+           Opcode.READ_REQUEST: WrKind.READ}
+_CONTINUES = {Opcode.WRITE_MIDDLE: WrKind.WRITE, Opcode.WRITE_LAST: WrKind.WRITE,
+              Opcode.SEND_MIDDLE: WrKind.SEND, Opcode.SEND_LAST: WrKind.SEND}
+_ENDS = {Opcode.WRITE_ONLY, Opcode.WRITE_LAST, Opcode.SEND_ONLY, Opcode.SEND_LAST}
+_AETH_AT = (ONLY, FIRST, LAST)
+
+
+@dataclass(slots=True)
+class _Inbound:
+    """A multi-packet WRITE or SEND being received."""
+
+    kind: WrKind
+    dest: memoryview | bytearray  # WRITE: the resolved region slice; SEND: growing buffer
+    done: int = 0
+
+
+@dataclass(slots=True)
+class _ReadJob:
+    """READ RESPONSE packets still to send for one READ REQUEST."""
+
+    first: int
+    src: memoryview
+    npkts: int
+    msn: int
+    sent: int = 0
+
+
+class Responder:
+    def __init__(self, cfg: QpConfig, memory: MemoryTable, counters: QpCounters,
+                 complete: Callable[[Completion], None]):
+        self.cfg, self.memory, self.counters, self._complete = cfg, memory, counters, complete
+        self.epsn = cfg.recv_psn
+        self.msn = 0
+        self._nak_sent = False
+        self._dup_acked = False
+        self._unacked = 0
+        self._msg: _Inbound | None = None
+        self._out: deque[Segment | _ReadJob] = deque()
+
+    @property
+    def idle(self) -> bool:
+        return not self._out
+
+    # -- receive -----------------------------------------------------------
+
+    def on_request(self, seg: Segment) -> None:
+        if seg.psn == self.epsn:
+            self._accept(seg)
+        elif psn_diff(seg.psn, self.epsn) < 0:
+            self._duplicate(seg)
+        else:
+            self.counters.out_of_sequence += 1
+            if not self._nak_sent:
+                self._nak_sent = True
+                self._queue_nak(Syndrome.NAK_PSN_SEQUENCE_ERROR, self.epsn)
+
+    def _accept(self, seg: Segment) -> None:
+        kind = _STARTS.get(seg.opcode) if self._msg is None else _CONTINUES.get(seg.opcode)
+        if kind is None or (self._msg is not None and kind is not self._msg.kind):
+            self._refuse(Syndrome.NAK_INVALID_REQUEST, seg.psn)
+            return
+        used = self._read(seg) if kind is WrKind.READ else self._place(seg, kind)
+        if not used:
+            return
+        self.epsn = psn_add(self.epsn, used)
+        self._nak_sent = self._dup_acked = False
+        self.counters.rx_packets += 1
+        self._unacked = 0 if kind is WrKind.READ else self._unacked + 1
+        if seg.ackreq or self._unacked >= self.cfg.ack_every:
+            self._queue_ack()
+
+    def _place(self, seg: Segment, kind: WrKind) -> int:
+        """Put WRITE/SEND payload in place; 1 PSN used, or 0 if refused (NAK queued)."""
+        msg = self._msg or self._open(seg, kind)
+        if msg is None:
+            return 0
+        n, mtu, end = len(seg.payload), self.cfg.mtu, seg.opcode in _ENDS
+        limit = len(msg.dest) if kind is WrKind.WRITE else self.cfg.max_send
+        if (n != mtu and not end) or n > mtu or msg.done + n > limit or (
+                end and kind is WrKind.WRITE and msg.done + n != limit):
+            self._msg = None
+            self._refuse(Syndrome.NAK_INVALID_REQUEST, seg.psn)
+            return 0
+        if kind is WrKind.WRITE:
+            msg.dest[msg.done:msg.done + n] = seg.payload
+        else:
+            msg.dest += seg.payload  # type: ignore[operator]
+        msg.done += n
+        self.counters.rx_bytes += n
+        self._msg = None if end else msg
+        if end:
+            self.msn += 1
+            if kind is WrKind.SEND:
+                self._complete(Completion(0, WrKind.RECV, WcStatus.SUCCESS, msg.done,
+                                          bytes(msg.dest)))
+        return 1
+
+    def _open(self, seg: Segment, kind: WrKind) -> _Inbound | None:
+        if kind is WrKind.SEND:
+            return _Inbound(kind, bytearray())
+        dest = self.memory.resolve(seg.rkey, seg.va, seg.dma_length, Access.REMOTE_WRITE)
+        if dest is None:
+            self._refuse(Syndrome.NAK_REMOTE_ACCESS_ERROR, seg.psn)
+        return None if dest is None else _Inbound(kind, dest)
+
+    def _read(self, seg: Segment) -> int:
+        """Queue the responses of a READ REQUEST; PSNs used, or 0 if refused."""
+        src = self.memory.resolve(seg.rkey, seg.va, seg.dma_length, Access.REMOTE_READ)
+        if src is None:
+            self._refuse(Syndrome.NAK_REMOTE_ACCESS_ERROR, seg.psn)
+            return 0
+        self.msn += 1
+        npkts = packets_for(len(src), self.cfg.mtu)
+        self._out.append(_ReadJob(seg.psn, src, npkts, self.msn))
+        return npkts
+
+    def _duplicate(self, seg: Segment) -> None:
+        self.counters.duplicates += 1
+        if seg.opcode == Opcode.READ_REQUEST:
+            self._reread(seg)
+        elif seg.ackreq or not self._dup_acked:
+            self._dup_acked = True
+            self._queue_ack()
+
+    def _reread(self, seg: Segment) -> None:
+        """Serve a repeated READ REQUEST again: its responses were lost.
+
+        The requester went back N, so whatever is queued at or after this
+        PSN will be asked for again: cut it from the queue instead of
+        sending it twice, and keep what comes before.
+        """
+        src = self.memory.resolve(seg.rkey, seg.va, seg.dma_length, Access.REMOTE_READ)
+        npkts = packets_for(seg.dma_length, self.cfg.mtu)
+        if src is None or psn_diff(psn_add(seg.psn, npkts), self.epsn) > 0:
+            self._refuse(Syndrome.NAK_REMOTE_ACCESS_ERROR if src is None
+                         else Syndrome.NAK_INVALID_REQUEST, seg.psn)
+            return
+        self._truncate_at(seg.psn)
+        self._out.append(_ReadJob(seg.psn, src, npkts, self.msn))
+
+    def _truncate_at(self, psn: int) -> None:
+        kept: deque[Segment | _ReadJob] = deque()
+        for item in self._out:
+            start = item.first if isinstance(item, _ReadJob) else item.psn
+            if psn_diff(start, psn) >= 0:
+                continue
+            if isinstance(item, _ReadJob):
+                item.npkts = min(item.npkts, psn_diff(psn, item.first))
+                if item.sent >= item.npkts:
+                    continue
+            kept.append(item)
+        self._out = kept
+
+    def _refuse(self, syndrome: Syndrome, psn: int) -> None:
+        if syndrome == Syndrome.NAK_REMOTE_ACCESS_ERROR:
+            self.counters.access_errors += 1
+        else:
+            self.counters.invalid_requests += 1
+        self._queue_nak(syndrome, psn)
+
+    # -- transmit ----------------------------------------------------------
+
+    def _queue_ack(self) -> None:
+        ack = Segment(Opcode.ACK, self.cfg.remote_qpn, psn_add(self.epsn, -1),
+                      syndrome=Syndrome.ACK, msn=self.msn)
+        tail = self._out[-1] if self._out else None
+        if isinstance(tail, Segment) and tail.syndrome == Syndrome.ACK:
+            self._out[-1] = ack  # coalesce: the newer ACK covers the older
+        else:
+            self._out.append(ack)
+        self._unacked = 0
+
+    def _queue_nak(self, syndrome: Syndrome, psn: int) -> None:
+        self._out.append(Segment(Opcode.ACK, self.cfg.remote_qpn, psn,
+                                 syndrome=syndrome, msn=self.msn))
+
+    def poll(self, budget: int, out: list[Segment]) -> int:
+        """Append up to `budget` ACK/NAK/READ RESPONSE packets; return how many."""
+        start = len(out)
+        while self._out and len(out) - start < budget:
+            item = self._out[0]
+            if isinstance(item, Segment):
+                self._out.popleft()
+                out.append(item)
+                if item.syndrome == Syndrome.ACK:
+                    self.counters.acks_tx += 1
+                else:
+                    self.counters.naks_tx += 1
+            elif self._respond(item, budget - (len(out) - start), out):
+                self._out.popleft()
+        return len(out) - start
+
+    def _respond(self, job: _ReadJob, budget: int, out: list[Segment]) -> bool:
+        """Emit up to `budget` responses of `job`; True when it is finished."""
+        mtu, ops, qpn = self.cfg.mtu, OPCODES[WrKind.READ], self.cfg.remote_qpn
+        while budget > 0 and job.sent < job.npkts:
+            i = job.sent
+            pos = position(i, job.npkts)
+            payload = job.src[i * mtu:(i + 1) * mtu]
+            psn = psn_add(job.first, i)
+            if pos in _AETH_AT:
+                out.append(Segment(ops[pos], qpn, psn, syndrome=Syndrome.ACK, msn=job.msn,
+                                   payload=payload))
+            else:
+                out.append(Segment(ops[MIDDLE], qpn, psn, payload=payload))
+            job.sent += 1
+            budget -= 1
+        return job.sent >= job.npkts
