@@ -55,16 +55,30 @@ def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
         return list(pool.map(fn, items))
 
 
-def write_sysctls(values: dict[str, str]) -> None:
+# Written only where the kernel has them (6.11+): a fixed ECMP hash seed makes
+# which spine a flow takes reproducible from run to run.
+OPTIONAL_ROUTER_SYSCTLS = {"net/ipv4/fib_multipath_hash_seed": "1234567"}
+
+
+def write_sysctls(values: dict[str, str], optional: dict[str, str] | None = None) -> None:
     """Write sysctls of the calling thread's current network namespace."""
     for key, value in values.items():
         with open(f"/proc/sys/{key}", "w") as f:
             f.write(value)
+    for key, value in (optional or {}).items():
+        try:
+            with open(f"/proc/sys/{key}", "w") as f:
+                f.write(value)
+        except FileNotFoundError:
+            pass
 
 
 def _tag_and_prepare(lab: str, node: Node) -> Callable[[], None]:
     def init() -> None:
-        write_sysctls(COMMON_SYSCTLS | (ROUTER_SYSCTLS if node.is_router else {}))
+        if node.is_router:
+            write_sysctls(COMMON_SYSCTLS | ROUTER_SYSCTLS, OPTIONAL_ROUTER_SYSCTLS)
+        else:
+            write_sysctls(COMMON_SYSCTLS)
         with IPRoute() as ipr:
             lo = ipr.link_lookup(ifname="lo")[0]
             ipr.link("set", index=lo, ifalias=f"{NS_TAG_PREFIX}{lab}", state="up")

@@ -33,9 +33,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import down, exec_, render, schema, status, up
+    from . import down, exec_, kv, render, schema, status, transfer, up
 
-    for module in (up, down, status, exec_, render, schema):
+    for module in (up, down, status, exec_, render, schema, transfer, kv):
         main.add_command(module.command)
 
 

@@ -31,3 +31,18 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
             err_console.print(f"[{now - start:5.1f}s] {msg[:200]}", soft_wrap=True)
             last.update(msg=msg, at=now)
     yield line
+
+
+@contextmanager
+def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
+    """A bytes progress bar on stderr (silent with --json or without a terminal)."""
+    if quiet or not err_console.is_terminal:
+        yield lambda done, _total: None
+        return
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TimeElapsedColumn,
+                               TransferSpeedColumn)
+
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeElapsedColumn(), console=err_console) as bar:
+        task = bar.add_task(title, total=total)
+        yield lambda done, _total: bar.update(task, completed=done)

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+
+from .. import lab, workload
+from ..engine.job import DEFAULT_MTU, Job, Op
+from ..kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
+from .progress import byte_progress
+
+
+@click.command("kv")
+@click.argument("name")
+@click.option("--model", "model_name", type=click.Choice(sorted(MODELS)), default="llama3-8b",
+              show_default=True, help="Model whose KV cache is moved.")
+@click.option("--tokens", default=1024, show_default=True, help="Prompt tokens per request.")
+@click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="fp16", show_default=True)
+@click.option("--block", "tokens_per_block", default=16, show_default=True, help="Tokens per KV block.")
+@click.option("--pairs", help="SRC:DST,... (default: prefill1:decode1, prefill2:decode2, ...).")
+@click.option("--requests", default=0, help="Handoffs to run (default: one per pair).")
+@click.option("--concurrency", default=0, help="Handoffs at once (default: one per pair).")
+@click.option("--op", type=click.Choice([o.value for o in Op]), default="write", show_default=True,
+              help="write: prefill pushes; read: decode pulls (NIXL style).")
+@click.option("--qps", default=1, show_default=True, help="Queue pairs per handoff.")
+@click.option("--mtu", default=DEFAULT_MTU, show_default=True, help="RoCE path MTU.")
+@click.option("--json", "as_json", is_flag=True, help="Print every request and the aggregate as JSON.")
+def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,
+            pairs: str | None, requests: int, concurrency: int, op: str, qps: int, mtu: int,
+            as_json: bool) -> None:
+    """KV-cache handoffs from prefill to decode hosts, sized from a model.
+
+    Example: rocelab kv clos-2x4 --model llama3-70b --tokens 512 --requests 8 --concurrency 4
+    """
+    lab.require_root()
+    plan = lab.lab_plan(name)
+    pair_list = workload.parse_pairs(plan, pairs)
+    requests = requests or len(pair_list)
+    concurrency = concurrency or len(pair_list)
+    kv = {"model": model_name, "tokens": tokens, "dtype": dtype, "tokens_per_block": tokens_per_block}
+    job = Job(Op(op), kv=kv, qps=qps, mtu=mtu)
+    layout = KvLayout(model(model_name), tokens, dtype, tokens_per_block)
+    with byte_progress(f"{requests} x {model_name} {tokens} tokens", requests * job.payload_bytes,
+                       quiet=as_json) as tick:
+        res = workload.run_kv(plan, pair_list, job, requests, concurrency, tick)
+    res["sizing"] = describe(layout)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    a = res["aggregate"]
+    console = Console()
+    console.print(res["sizing"], soft_wrap=True)
+    console.print(f"{a['transfers']} handoffs, {a['bytes']} bytes in {a['wall_s']:.3f} s = "
+                  f"{a['goodput_gbps']:.3f} Gbit/s aggregate; handoff p50 {a['handoff_p50_s']:.3f} s, "
+                  f"p99 {a['handoff_p99_s']:.3f} s, max {a['handoff_max_s']:.3f} s", soft_wrap=True)
+    console.print(f"retransmitted {a['retransmitted_packets']}, NAKs {a['naks_rx']}, timeouts "
+                  f"{a['timeouts']}, bad ICRC drops {a['bad_icrc']}; QPs per spine "
+                  f"{a['qps_per_spine']}; integrity " + ("[green]ok[/]" if a["integrity_ok"] else "[red]FAILED[/]"))

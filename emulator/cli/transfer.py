@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import lab, workload
+from ..engine.job import DEFAULT_MTU, Job, Op
+from .progress import byte_progress
+
+
+@click.command("transfer")
+@click.argument("name")
+@click.option("--src", required=True, help="Prefill host (where the data is).")
+@click.option("--dst", required=True, help="Decode host (where it must land).")
+@click.option("--size", required=True, help="Bytes: 64MiB, 1GiB, 500MB, 4096.")
+@click.option("--op", type=click.Choice([o.value for o in Op]), default="write", show_default=True,
+              help="write: src pushes; read: dst pulls (NIXL style).")
+@click.option("--qps", default=1, show_default=True, help="Queue pairs to stripe over.")
+@click.option("--mtu", default=DEFAULT_MTU, show_default=True, help="RoCE path MTU.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def command(name: str, src: str, dst: str, size: str, op: str, qps: int, mtu: int,
+            as_json: bool) -> None:
+    """Move bytes from SRC to DST over RoCEv2 and verify them end to end.
+
+    Example: rocelab transfer clos-2x4 --src prefill1 --dst decode1 --size 64MiB --qps 4
+    """
+    lab.require_root()
+    plan = lab.lab_plan(name)
+    job = Job(Op(op), size=workload.parse_size(size), qps=qps, mtu=mtu)
+    s, d = workload.host(plan, src), workload.host(plan, dst, option="--dst")
+    with byte_progress(f"{op} {src} -> {dst}", job.payload_bytes, quiet=as_json) as tick:
+        res = workload.run_transfer(plan, s, d, job, tick)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    print_transfer(res)
+
+
+def print_transfer(res: dict) -> None:
+    console = Console()
+    ok = "[green]ok[/]" if res["integrity_ok"] else "[red]FAILED[/]"
+    console.print(f"{res['op']} {res['src']} -> {res['dst']}: {res['bytes']} bytes in "
+                  f"{res['duration_s']:.3f} s = {res['goodput_gbps']:.3f} Gbit/s "
+                  f"(handoff {res['handoff_s']:.3f} s incl. QP setup); integrity {ok}", soft_wrap=True)
+    console.print(f"retransmitted {res['retransmitted_packets']}, NAKs {res['naks_rx']}, "
+                  f"timeouts {res['timeouts']}, bad ICRC drops {res['bad_icrc']}")
+    table = Table("QPN", "remote QPN", "UDP sport", "spine", "retransmitted")
+    for q in res["qps"]:
+        table.add_row(hex(q["qpn"]), hex(q["remote_qpn"]), str(q["udp_sport"]), q["spine"],
+                      str(q["retransmitted_packets"]))
+    console.print(table)

@@ -1,0 +1,91 @@
+"""Questions and knobs on the forwarding plane of a running lab.
+
+- which spine a flow takes: the kernel's own multipath choice for the flow's
+  five-tuple (`ip route get ... ipproto udp sport S dport D iif PORT` on the
+  ingress leaf; pyroute2's rtmsg does not know RTA_SPORT/RTA_DPORT yet);
+- random loss on a router (nftables `numgen random`: this kernel has no netem);
+- interface counters per node.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+
+from pyroute2 import IPRoute
+
+from . import netns
+from .errors import RocelabError
+from .plan import Node, Plan
+
+ROCE_PORT = 4791
+LOSS_TABLE = "rocelab_loss"
+
+
+def _run_in(node: Node, argv: list[str], stdin: str | None = None) -> str:
+    with netns.entered(node.netns):
+        res = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=10)
+    if res.returncode != 0:
+        raise RocelabError(f"{argv[0]} on {node.name} failed: {res.stderr.strip()}")
+    return res.stdout
+
+
+def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_PORT) -> str:
+    """The uplink (named after the spine) src's leaf picks for this UDP flow."""
+    leaf = plan.node(src.leaf or "")
+    out = _run_in(leaf, ["ip", "-j", "route", "get", dst.address or "", "from", src.address or "",
+                         "iif", src.name, "ipproto", "udp", "sport", str(sport),
+                         "dport", str(dport)])
+    return json.loads(out)[0]["dev"]
+
+
+def set_loss(node: Node, percent: float, iifname: str | None = None,
+             roce_only: bool = False) -> None:
+    """Drop `percent` % of forwarded packets at random (optionally only those
+    arriving on one port, or only RoCEv2: UDP to port 4791)."""
+    if not 0 < percent <= 100:
+        raise RocelabError(f"loss: percent must be in (0, 100] (got {percent})")
+    match = (f'iifname "{iifname}" ' if iifname else "") + (
+        f"udp dport {ROCE_PORT} " if roce_only else "")
+    threshold = round(percent * 100)  # numgen over 10000: 0.01 % steps
+    chance = f"numgen random mod 10000 < {threshold} " if threshold < 10000 else ""
+    ruleset = (f"table inet {LOSS_TABLE}\ndelete table inet {LOSS_TABLE}\n"
+               f"table inet {LOSS_TABLE} {{\n chain forward {{\n"
+               f"  type filter hook forward priority -100; policy accept;\n"
+               f"  {match}{chance}counter drop\n }}\n}}\n")
+    _run_in(node, ["nft", "-f", "-"], stdin=ruleset)
+
+
+def clear_loss(node: Node) -> None:
+    _run_in(node, ["nft", "-f", "-"],
+            stdin=f"table inet {LOSS_TABLE}\ndelete table inet {LOSS_TABLE}\n")
+
+
+def loss_dropped(node: Node) -> int:
+    """Packets the loss rule dropped so far (0 if no loss is set)."""
+    out = _run_in(node, ["nft", "-j", "list", "ruleset"])
+    total = 0
+    for item in json.loads(out).get("nftables", []):
+        rule = item.get("rule")
+        if rule and rule.get("table") == LOSS_TABLE:
+            total += sum(e["counter"]["packets"] for e in rule["expr"] if "counter" in e)
+    return total
+
+
+def port_counters(node: Node) -> dict[str, dict[str, int]]:
+    """ifname -> {tx_packets, rx_packets, tx_bytes, rx_bytes, drops} for every port of a node."""
+    with netns.entered(node.netns), IPRoute() as ipr:
+        links = ipr.get_links()
+    out = {}
+    for link in links:
+        st = link.get_attr("IFLA_STATS64") or {}
+        out[link.get_attr("IFLA_IFNAME")] = {
+            "tx_packets": st.get("tx_packets", 0), "rx_packets": st.get("rx_packets", 0),
+            "tx_bytes": st.get("tx_bytes", 0), "rx_bytes": st.get("rx_bytes", 0),
+            "drops": st.get("tx_dropped", 0) + st.get("rx_dropped", 0)}
+    return out
+
+
+def host_ip_int(node: Node) -> int:
+    return int.from_bytes(socket.inet_aton(node.address or "0.0.0.0"), "big")

@@ -1,0 +1,105 @@
+"""The CLI's side of the engines: start them in host namespaces, run transfers.
+
+Engines are started on first use and keep running until `rocelab down`
+(they carry the lab's ROCELAB_LAB tag like every other lab process).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import dataplane, netns
+from ..errors import EngineError
+from ..frr import base_env
+from ..paths import node_run_dir
+from ..plan import Node, Plan
+from .job import Job, Op
+from .wire import Channel
+
+START_TIMEOUT_S = 15.0
+Progress = Callable[[int, int], None]
+
+
+def sock_path(plan: Plan, host: Node) -> Path:
+    return node_run_dir(plan.lab, host.name) / "engine.sock"
+
+
+def _connect(path: Path) -> Channel:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(path))
+    except OSError:
+        s.close()
+        raise
+    return Channel(s)
+
+
+def _alive(path: Path) -> bool:
+    try:
+        with _connect(path) as ch:
+            ch.send({"cmd": "ping"})
+            return ch.recv().get("event") == "pong"
+    except (OSError, EngineError):
+        return False
+
+
+def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
+    """Start an engine in every host that lacks one; return when all answer."""
+    starting = []
+    for host in hosts:
+        path = sock_path(plan, host)
+        if _alive(path):
+            continue
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        log = open(path.parent / "engine.log", "ab")
+        with netns.entered(host.netns):
+            subprocess.Popen(
+                [sys.executable, "-m", "emulator.engine.daemon", "--lab", plan.lab,
+                 "--host", host.name, "--ip", host.address or "", "--sock", str(path)],
+                env=base_env(plan.lab),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        log.close()
+        starting.append(host)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for host in starting:
+        while not _alive(sock_path(plan, host)):
+            if time.monotonic() > deadline:
+                raise EngineError(f"engine on {host.name} did not start within "
+                                  f"{START_TIMEOUT_S:.0f} s (see {sock_path(plan, host).parent}/engine.log)")
+            time.sleep(0.02)
+
+
+def transfer(plan: Plan, src: Node, dst: Node, job: Job,
+             progress: Progress | None = None) -> dict[str, Any]:
+    """Move job's bytes from src (prefill) to dst (decode); returns the result dict.
+
+    WRITE: src's engine pushes. READ: dst's engine pulls (NIXL style).
+    """
+    initiator, peer = (src, dst) if job.op is Op.WRITE else (dst, src)
+    with _connect(sock_path(plan, initiator)) as ch:
+        ch.send({"cmd": "transfer", "job": job.to_json(), "peer_ip": peer.address})
+        while True:
+            msg = ch.recv()
+            event = msg.pop("event", None)
+            if event == "progress" and progress:
+                progress(msg["bytes"], msg["total"])
+            elif event == "result":
+                break
+            elif event == "error":
+                raise EngineError(f"{initiator.name}: {msg['error']}")
+    for qp in msg["qps"]:
+        qp["spine"] = dataplane.egress_port(plan, src, dst, qp["udp_sport"])
+    return msg | {"src": src.name, "dst": dst.name}
+
+
+def stats(plan: Plan, host: Node) -> dict[str, Any]:
+    with _connect(sock_path(plan, host)) as ch:
+        ch.send({"cmd": "stats"})
+        return ch.recv()

@@ -1,0 +1,222 @@
+"""The engine process: one per host namespace, serving every QP of that host.
+
+    python -m emulator.engine.daemon --lab L --host prefill1 --ip 10.2.0.1 --sock PATH
+
+Control, as perftest does it: the side that initiates a transfer connects
+over TCP to the peer engine's port 18515 and exchanges QPNs, PSNs, rkey and
+VA; the data then moves as RoCEv2 on UDP 4791. The CLI talks to each engine
+over a unix socket in the lab's run dir (`transfer`, `stats`, `ping`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError, RocelabError
+from ..roce.headers import udp_source_port
+from ..roce.rc import QueuePair
+from ..roce.verbs import QpConfig
+from .dataplane import DataPlane, Watch
+from .job import CONTROL_PORT, Job, Op, digest, source_bytes
+from .wire import Channel
+
+log = logging.getLogger("rocelab.engine")
+PROGRESS_EVERY_S = 0.25
+CONNECT_TIMEOUT_S = 10.0
+SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc",
+            "access_errors", "duplicates", "packets_sent", "cnps_rx", "cnps_tx")
+
+
+class Engine:
+    def __init__(self, lab: str, host: str, ip: str, sock_path: Path):
+        self.lab, self.host, self.ip, self.sock_path = lab, host, ip, sock_path
+        self.dp = DataPlane(ip, dscp=26, key_seed=sum(socket.inet_aton(ip)) & 0xFF)
+        self._qpn = random.Random(ip).randrange(0x100, 0x1000)
+        self._lock = threading.Lock()
+        self.transfers_done = 0
+
+    def new_qpns(self, n: int) -> list[dict[str, int]]:
+        with self._lock:
+            base, self._qpn = self._qpn, self._qpn + n
+        return [{"qpn": base + i, "psn": random.randrange(1 << 24)} for i in range(n)]
+
+    def qp_config(self, job: Job, local: dict[str, int], remote: dict[str, int]) -> QpConfig:
+        return QpConfig(qpn=local["qpn"], remote_qpn=remote["qpn"], send_psn=local["psn"],
+                        recv_psn=remote["psn"], mtu=job.mtu)
+
+    # -- serving -------------------------------------------------------------
+
+    def serve(self) -> None:
+        self.dp.start()
+        tcp = socket.create_server((self.ip, CONTROL_PORT), reuse_port=False)
+        self.sock_path.unlink(missing_ok=True)
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.bind(str(self.sock_path))
+        unix.listen(64)
+        for listener, handler in ((tcp, self.on_peer), (unix, self.on_cli)):
+            threading.Thread(target=self._accept_loop, args=(listener, handler), daemon=True).start()
+        log.info("engine %s on %s ready", self.host, self.ip)
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+        self.dp.stop()
+
+    def _accept_loop(self, listener: socket.socket, handler) -> None:
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=self._guarded, args=(handler, conn), daemon=True).start()
+
+    def _guarded(self, handler, conn: socket.socket) -> None:
+        with Channel(conn) as ch:
+            try:
+                handler(ch)
+            except (RocelabError, OSError) as e:
+                log.warning("%s: %s", handler.__name__, e)
+                try:
+                    ch.send({"event": "error", "error": str(e)})
+                except OSError:
+                    pass
+
+    def on_cli(self, ch: Channel) -> None:
+        msg = ch.recv()
+        cmd = msg.get("cmd")
+        if cmd == "ping":
+            ch.send({"event": "pong", "host": self.host, "pid": os.getpid()})
+        elif cmd == "stats":
+            ch.send({"event": "stats", **self.dp.call(self.stats)})
+        elif cmd == "transfer":
+            ch.send({"event": "result", **self.initiate(Job.from_json(msg["job"]),
+                                                        msg["peer_ip"], ch)})
+        else:
+            raise EngineError(f"unknown command {cmd!r}")
+
+    def stats(self) -> dict[str, Any]:
+        """(data thread) Counters of every live QP and of the transport."""
+        return {"qps": {q: qp.counters.as_dict() for q, qp in self.dp.qps.items()},
+                "transport": self.dp.transport.counters.as_dict(),
+                "transfers_done": self.transfers_done}
+
+    # -- the two sides of a transfer ----------------------------------------
+
+    def initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
+        """Requester side: WRITE pushes our source, READ pulls the peer's."""
+        segments = job.segments()
+        holds_source = job.op is Op.WRITE
+        buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
+        mr = self.dp.call(lambda: self.dp.memory.register(buf))
+        local = self.new_qpns(job.qps)
+        qpns = [q["qpn"] for q in local]
+        t_setup = time.monotonic()
+        try:
+            with Channel(_connect_peer(peer_ip)) as peer:
+                peer.send({"cmd": "accept", "job": job.to_json(), "qps": local, "ip": self.ip})
+                reply = peer.recv()
+                if reply.get("event") == "error":
+                    raise EngineError(f"peer {peer_ip}: {reply['error']}")
+                qps = [QueuePair(self.qp_config(job, l, r), self.dp.memory)
+                       for l, r in zip(local, reply["qps"])]
+                watch = Watch(len(segments), {i: s.length for i, s in enumerate(segments)})
+                t0 = time.monotonic()
+                self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ip, watch))
+                self._wait(job, watch, cli, t0)
+                t1 = time.monotonic()
+                counters = self.dp.call(lambda: self.dp.remove(qpns))
+                peer.send({"cmd": "finish"})
+                fin = peer.recv()
+        finally:  # a failed transfer must not leave QPs or memory behind
+            self.dp.call(lambda: (self.dp.remove(qpns), self.dp.memory.deregister(mr)))
+        mine = digest(buf, segments, "src" if holds_source else "dst")
+        self.transfers_done += 1
+        return self._result(job, qps, counters, fin, mine, watch, t_setup, t0, t1)
+
+    def _post(self, job: Job, qps: list[QueuePair], segments, buf: bytearray, reply: dict,
+              peer_ip: str, watch: Watch) -> None:
+        view = memoryview(buf)
+        va, rkey = reply["va"], reply["rkey"]
+        for qp in qps:
+            self.dp.add(qp, peer_ip, watch)
+        for i, s in enumerate(segments):
+            qp = qps[i % len(qps)]  # stripe messages across QPs: per-QP entropy for ECMP
+            if job.op is Op.WRITE:
+                qp.post_write(i, view[s.src_offset:s.src_offset + s.length], va + s.dst_offset, rkey)
+            else:
+                qp.post_read(i, view[s.dst_offset:s.dst_offset + s.length], va + s.src_offset, rkey)
+
+    def _wait(self, job: Job, watch: Watch, cli: Channel, t0: float) -> None:
+        deadline = t0 + job.timeout_s
+        while not watch.done.wait(PROGRESS_EVERY_S):
+            cli.send({"event": "progress", "bytes": watch.bytes_done, "total": job.payload_bytes})
+            if time.monotonic() > deadline:
+                watch.fail(f"not finished within {job.timeout_s:.0f} s")
+        if watch.error:
+            raise EngineError(f"transfer failed: {watch.error}")
+
+    def _result(self, job: Job, qps, counters, fin, mine, watch, t_setup, t0, t1) -> dict[str, Any]:
+        ours = list(counters.values())
+        theirs = list(fin.get("counters", {}).values())
+        total = {k: sum(c.get(k, 0) for c in ours + theirs) for k in SUM_KEYS}
+        dur = max(t1 - t0, 1e-9)
+        return {
+            "op": job.op.value, "bytes": job.payload_bytes, "duration_s": round(dur, 6),
+            "setup_s": round(t0 - t_setup, 6), "handoff_s": round(t1 - t_setup, 6),
+            "goodput_gbps": round(job.payload_bytes * 8 / dur / 1e9, 4),
+            "messages": watch.expected, "integrity_ok": mine == fin.get("digest"),
+            "digest": mine, **total,
+            "qps": [{"qpn": q.qpn, "remote_qpn": q.config.remote_qpn,
+                     "udp_sport": udp_source_port(q.qpn, q.config.remote_qpn),
+                     **{k: counters[q.qpn].get(k, 0) for k in SUM_KEYS}} for q in qps],
+        }
+
+    def on_peer(self, ch: Channel) -> None:
+        """Responder side: register the region, create QPs, wait for `finish`."""
+        msg = ch.recv()
+        if msg.get("cmd") != "accept":
+            raise EngineError(f"expected accept, got {msg.get('cmd')!r}")
+        job = Job.from_json(msg["job"])
+        holds_source = job.op is Op.READ
+        buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
+        mr = self.dp.call(lambda: self.dp.memory.register(buf))
+        local = self.new_qpns(job.qps)
+        qps = [QueuePair(self.qp_config(job, l, r), self.dp.memory) for l, r in zip(local, msg["qps"])]
+        self.dp.call(lambda: [self.dp.add(qp, msg["ip"]) for qp in qps])
+        try:
+            ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey})
+            fin = ch.recv()
+        finally:
+            counters = self.dp.call(lambda: self.dp.remove([q.qpn for q in qps]))
+            self.dp.call(lambda: self.dp.memory.deregister(mr))
+        if fin.get("cmd") == "finish":
+            side = "src" if holds_source else "dst"
+            ch.send({"event": "finished", "digest": digest(buf, job.segments(), side),
+                     "counters": {str(k): v for k, v in counters.items()}})
+
+
+def _connect_peer(ip: str) -> socket.socket:
+    try:
+        return socket.create_connection((ip, CONTROL_PORT), timeout=CONNECT_TIMEOUT_S)
+    except OSError as e:
+        raise EngineError(f"cannot reach the engine at {ip}:{CONTROL_PORT} "
+                          f"({e.strerror or e}); is the path up?") from None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--lab", required=True)
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--ip", required=True)
+    ap.add_argument("--sock", required=True, type=Path)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    Engine(args.lab, args.host, args.ip, args.sock).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The engine's data thread: owns the Endpoint, memory and every QP.
+
+RC state machines are not thread-safe and the hot loop must stay lean, so
+one thread runs them all; control threads hand it closures through `call`
+and learn about progress through `Watch` objects it updates.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..roce.endpoint import Endpoint
+from ..roce.memory import MemoryTable
+from ..roce.rc import QueuePair
+from ..roce.transport import Transport
+from ..roce.verbs import QpState, WcStatus
+
+T = TypeVar("T")
+IDLE_WAIT_S = 0.005  # how long an idle engine blocks on the wire before looking at commands
+
+
+@dataclass
+class Watch:
+    """Completion tracking for one transfer's work requests."""
+
+    expected: int
+    lengths: dict[int, int]  # wr_id -> bytes
+    done: threading.Event = field(default_factory=threading.Event)
+    completed: int = 0
+    bytes_done: int = 0
+    error: str | None = None
+
+    def complete(self, wr_id: int, status: WcStatus) -> None:
+        if status is not WcStatus.SUCCESS:
+            self.fail(f"work request {wr_id}: {status.value}")
+            return
+        self.completed += 1
+        self.bytes_done += self.lengths.get(wr_id, 0)
+        if self.completed == self.expected:
+            self.done.set()
+
+    def fail(self, reason: str) -> None:
+        if self.error is None:
+            self.error = reason
+        self.done.set()
+
+
+class DataPlane(threading.Thread):
+    def __init__(self, local_ip: str, dscp: int, key_seed: int):
+        super().__init__(name="dataplane", daemon=True)
+        self.transport = Transport(local_ip)
+        self.endpoint = Endpoint(self.transport, dscp=dscp)
+        self.memory = MemoryTable(key_seed=key_seed)
+        self.qps: dict[int, QueuePair] = {}
+        self.watches: dict[int, Watch] = {}  # qpn -> watch of the transfer it serves
+        self._cmds: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+
+    def call(self, fn: Callable[[], T], timeout: float = 30.0) -> T:
+        """Run fn on the data thread and return its result (or raise its exception)."""
+        fut: Future[T] = Future()
+        self._cmds.put((fn, fut))
+        return fut.result(timeout)
+
+    def add(self, qp: QueuePair, peer_ip: str, watch: Watch | None = None) -> None:
+        """(data thread) Serve a QP; its completions feed `watch`."""
+        self.qps[qp.qpn] = qp
+        self.endpoint.add(qp, peer_ip)
+        if watch is not None:
+            self.watches[qp.qpn] = watch
+
+    def remove(self, qpns: list[int]) -> dict[int, dict[str, int]]:
+        """(data thread) Stop serving QPs; return their final counters."""
+        out = {}
+        for qpn in qpns:
+            qp = self.qps.pop(qpn, None)
+            self.watches.pop(qpn, None)
+            self.endpoint.remove(qpn)
+            if qp is not None:
+                out[qpn] = qp.counters.as_dict()
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self._run_commands()
+            self.endpoint.step(max_wait=IDLE_WAIT_S)  # blocks only when nothing moved
+            self._dispatch()
+        self.transport.close()
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                fn, fut = self._cmds.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # handed back to the calling thread
+                fut.set_exception(e)
+
+    def _dispatch(self) -> None:
+        for qpn, watch in self.watches.items():
+            qp = self.qps[qpn]
+            for c in qp.completions():
+                watch.complete(c.wr_id, c.status)
+            if qp.state is QpState.ERROR and not watch.done.is_set():
+                watch.fail(f"QP {qpn:#x} failed")

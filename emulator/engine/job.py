@@ -1,0 +1,100 @@
+"""What a transfer moves, as both engines compute it from the same small description.
+
+A transfer is a list of segments (src offset, dst offset, length): one per
+RDMA WRITE or READ message. Both ends derive the same list from the job
+description, so only a few numbers cross the control channel; each end then
+hashes *its* side of every segment in order, and equal hashes prove every
+byte arrived where it belonged (the decode side's blocks are scattered).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..errors import RocelabError
+from ..kv import KvLayout, Segment, model
+
+MAX_MESSAGE = 1 << 20  # a contiguous transfer is posted as 1 MiB WRITE/READ messages
+CONTROL_PORT = 18515  # perftest's default port, for the QPN/PSN/rkey/VA exchange
+DEFAULT_MTU = 4096
+ROCE_DSCP = 26  # RoCE data on DSCP 26 / TC 3 by default
+
+
+class Op(str, Enum):
+    WRITE = "write"  # prefill pushes into decode's memory
+    READ = "read"  # decode pulls from prefill's memory (as NIXL does)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A transfer: which bytes, how, over how many QPs. JSON-able both ways."""
+
+    op: Op
+    size: int = 0  # contiguous bytes (when kv is None)
+    kv: dict[str, Any] | None = None  # {model, tokens, dtype, tokens_per_block, seed}
+    qps: int = 1
+    mtu: int = DEFAULT_MTU
+    dscp: int = ROCE_DSCP
+    seed: int = 1
+    timeout_s: float = 600.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.qps <= 64:
+            raise RocelabError(f"--qps: must be 1..64 (got {self.qps})")
+        if self.kv is None and self.size <= 0:
+            raise RocelabError(f"--size: must be positive (got {self.size})")
+        if self.mtu not in (256, 512, 1024, 2048, 4096):
+            raise RocelabError(f"--mtu: must be one of 256, 512, 1024, 2048, 4096 (got {self.mtu})")
+
+    def layout(self) -> KvLayout | None:
+        if self.kv is None:
+            return None
+        k = self.kv
+        return KvLayout(model(k["model"]), k["tokens"], k.get("dtype", "fp16"),
+                        k.get("tokens_per_block", 16))
+
+    @property
+    def region_bytes(self) -> int:
+        layout = self.layout()
+        return layout.region_bytes if layout else self.size
+
+    @property
+    def payload_bytes(self) -> int:
+        layout = self.layout()
+        return layout.total_bytes if layout else self.size
+
+    def segments(self) -> list[Segment]:
+        layout = self.layout()
+        if layout:
+            return layout.segments(self.kv.get("seed", self.seed))  # type: ignore[union-attr]
+        return [Segment(off, off, min(MAX_MESSAGE, self.size - off))
+                for off in range(0, self.size, MAX_MESSAGE)]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["op"] = self.op.value
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Job:
+        return cls(**(d | {"op": Op(d["op"])}))
+
+
+def source_bytes(job: Job) -> bytearray:
+    """The prefill side's region: seeded random bytes, so runs are reproducible."""
+    return bytearray(random.Random(job.seed).randbytes(job.region_bytes))
+
+
+def digest(region: memoryview | bytearray, segments: list[Segment], side: str) -> str:
+    """sha256 over every segment's bytes in order, read at the `side` ('src'/'dst') offsets."""
+    h = hashlib.sha256()
+    view = memoryview(region)
+    for s in segments:
+        off = s.src_offset if side == "src" else s.dst_offset
+        h.update(view[off:off + s.length])
+    return h.hexdigest()

@@ -1,0 +1,132 @@
+"""Workloads over a running lab: one transfer, or KV-cache handoffs between many pairs.
+
+Library side of `rocelab transfer` and `rocelab kv`: it resolves hosts,
+starts engines, runs transfers (concurrently where asked) and summarises
+them. Results are plain dicts with stable keys (documented in docs/roce.md).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .engine import client
+from .engine.job import Job, Op
+from .errors import RocelabError
+from .plan import Kind, Node, Plan
+from .spec import Role
+
+SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc", "access_errors")
+
+
+def parse_size(text: str) -> int:
+    """'64MiB' -> 67108864, '500MB' -> 500000000, '4096' -> 4096."""
+    m = SIZE_RE.match(text)
+    if not m:
+        raise RocelabError(f"--size: {text!r} is not a size like 64MiB, 1GiB, 500MB or 4096")
+    number, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
+    scale = (1024 if binary else 1000) ** " KMGT".index(unit or " ")
+    size = int(number * scale)
+    if size <= 0:
+        raise RocelabError(f"--size: must be positive (got {text!r})")
+    return size
+
+
+def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src") -> Node:
+    try:
+        node = plan.node(name)
+    except KeyError:
+        names = ", ".join(h.name for h in plan.hosts)
+        raise RocelabError(f"{option}: no host {name!r} in lab {plan.lab}; hosts: {names}") from None
+    if node.kind is not Kind.HOST:
+        raise RocelabError(f"{option}: {name} is a {node.kind.value}, not a host")
+    return node
+
+
+def default_pairs(plan: Plan) -> list[tuple[Node, Node]]:
+    prefill = [h for h in plan.hosts if h.role is Role.PREFILL]
+    decode = [h for h in plan.hosts if h.role is Role.DECODE]
+    if not prefill or not decode:
+        raise RocelabError(f"lab {plan.lab} needs prefill and decode hosts for KV transfers")
+    return list(zip(prefill, decode))
+
+
+def parse_pairs(plan: Plan, text: str | None) -> list[tuple[Node, Node]]:
+    if not text:
+        return default_pairs(plan)
+    pairs = []
+    for item in text.split(","):
+        src, sep, dst = item.partition(":")
+        if not sep:
+            raise RocelabError(f"--pairs: {item!r} is not SRC:DST (e.g. prefill1:decode1)")
+        pairs.append((host(plan, src.strip(), option="--pairs"), host(plan, dst.strip(), option="--pairs")))
+    return pairs
+
+
+def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
+                 progress: Progress | None = None) -> dict[str, Any]:
+    client.ensure_engines(plan, [src, dst])
+    return client.transfer(plan, src, dst, job, progress)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
+           concurrency: int, progress: Progress | None = None) -> dict[str, Any]:
+    """`requests` KV handoffs round-robin over `pairs`, `concurrency` at a time."""
+    if requests < 1 or concurrency < 1:
+        raise RocelabError("--requests and --concurrency must be at least 1")
+    client.ensure_engines(plan, sorted({h for p in pairs for h in p}, key=lambda n: n.name))
+    done: dict[int, int] = {}
+    lock = threading.Lock()
+    total = requests * job.payload_bytes
+
+    def one(i: int) -> dict[str, Any]:
+        src, dst = pairs[i % len(pairs)]
+
+        def tick(b: int, _t: int) -> None:
+            with lock:
+                done[i] = b
+                if progress:
+                    progress(sum(done.values()), total)
+
+        res = client.transfer(plan, src, dst, job, tick)
+        tick(job.payload_bytes, 0)
+        return res | {"request": i}
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(one, range(requests)))
+    wall = time.monotonic() - t0
+    return {"requests": results, "aggregate": summarize(results, wall)}
+
+
+def summarize(results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    handoffs = [r["handoff_s"] for r in results]
+    total_bytes = sum(r["bytes"] for r in results)
+    spines = Counter(q["spine"] for r in results for q in r["qps"])
+    return {
+        "transfers": len(results), "bytes": total_bytes, "wall_s": round(wall_s, 6),
+        "goodput_gbps": round(total_bytes * 8 / max(wall_s, 1e-9) / 1e9, 4),
+        "handoff_p50_s": round(percentile(handoffs, 50), 6),
+        "handoff_p99_s": round(percentile(handoffs, 99), 6),
+        "handoff_max_s": round(max(handoffs), 6),
+        "handoff_mean_s": round(statistics.fmean(handoffs), 6),
+        "integrity_ok": all(r["integrity_ok"] for r in results),
+        "qps_per_spine": dict(sorted(spines.items())),
+        **{k: sum(r[k] for r in results) for k in SUM_KEYS},
+    }
