@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the built-in default topology, start to finish.
-# Brings the fabric up, shows it converged with ECMP, moves traffic across it,
+# Brings the fabric up, shows it converged with ECMP, moves RoCEv2 KV-cache
+# transfers across it,
 # fails and heals a leaf uplink to show ECMP shrink and recover, then tears down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,12 @@ $R exec "$LAB" leaf1 -- ip route show match "$dst"
 
 step "prefill1 -> decode1 across the fabric"
 $R exec "$LAB" prefill1 -- ping -c 3 -i 0.2 "$dst"
+
+step "RoCEv2: 64 MiB RDMA WRITE prefill1 -> decode1 over 4 QPs (each QP's UDP source port picks a spine)"
+$R transfer "$LAB" --src prefill1 --dst decode1 --size 64MiB --qps 4
+
+step "KV-cache handoffs: Llama-3-70B, 64-token prompts, 8 requests over 4 prefill/decode pairs, decode pulls (RDMA READ)"
+$R kv "$LAB" --model llama3-70b --tokens 64 --requests 8 --concurrency 4 --qps 2 --op read
 
 step "fail leaf1's uplink to spine1: ECMP on leaf1 shrinks to 1"
 $R exec "$LAB" leaf1 -- ip link set spine1 down

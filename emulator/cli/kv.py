@@ -56,4 +56,5 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
                   f"p99 {a['handoff_p99_s']:.3f} s, max {a['handoff_max_s']:.3f} s", soft_wrap=True)
     console.print(f"retransmitted {a['retransmitted_packets']}, NAKs {a['naks_rx']}, timeouts "
                   f"{a['timeouts']}, bad ICRC drops {a['bad_icrc']}; QPs per spine "
-                  f"{a['qps_per_spine']}; integrity " + ("[green]ok[/]" if a["integrity_ok"] else "[red]FAILED[/]"))
+                  f"{a['qps_per_spine']}; integrity " + ("[green]ok[/]" if a["integrity_ok"] else "[red]FAILED[/]"),
+                  soft_wrap=True)
