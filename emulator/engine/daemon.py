@@ -162,13 +162,15 @@ class Engine:
         ours = list(counters.values())
         theirs = list(fin.get("counters", {}).values())
         total = {k: sum(c.get(k, 0) for c in ours + theirs) for k in SUM_KEYS}
+        receivers = theirs if job.op is Op.WRITE else ours  # where the data lands
+        interruption = max((c.get("max_rx_gap_s", 0.0) for c in receivers), default=0.0)
         dur = max(t1 - t0, 1e-9)
         return {
             "op": job.op.value, "bytes": job.payload_bytes, "duration_s": round(dur, 6),
             "setup_s": round(t0 - t_setup, 6), "handoff_s": round(t1 - t_setup, 6),
             "goodput_gbps": round(job.payload_bytes * 8 / dur / 1e9, 4),
             "messages": watch.expected, "integrity_ok": mine == fin.get("digest"),
-            "digest": mine, **total,
+            "digest": mine, "interruption_s": interruption, **total,
             "qps": [{"qpn": q.qpn, "remote_qpn": q.config.remote_qpn,
                      "udp_sport": udp_source_port(q.qpn, q.config.remote_qpn),
                      **{k: counters[q.qpn].get(k, 0) for k in SUM_KEYS}} for q in qps],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -50,6 +51,21 @@ class Watch:
         self.done.set()
 
 
+@dataclass
+class Gap:
+    """Longest pause in in-order delivery seen by one QP (data-plane interruption)."""
+
+    last_rx: int = 0
+    last_t: float | None = None
+    max_gap_s: float = 0.0
+
+    def update(self, rx_packets: int, now: float) -> None:
+        if rx_packets != self.last_rx:
+            if self.last_t is not None:
+                self.max_gap_s = max(self.max_gap_s, now - self.last_t)
+            self.last_rx, self.last_t = rx_packets, now
+
+
 class DataPlane(threading.Thread):
     def __init__(self, local_ip: str, dscp: int, key_seed: int):
         super().__init__(name="dataplane", daemon=True)
@@ -58,6 +74,7 @@ class DataPlane(threading.Thread):
         self.memory = MemoryTable(key_seed=key_seed)
         self.qps: dict[int, QueuePair] = {}
         self.watches: dict[int, Watch] = {}  # qpn -> watch of the transfer it serves
+        self.gaps: dict[int, Gap] = {}
         self._cmds: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._stop = threading.Event()
 
@@ -70,6 +87,7 @@ class DataPlane(threading.Thread):
     def add(self, qp: QueuePair, peer_ip: str, watch: Watch | None = None) -> None:
         """(data thread) Serve a QP; its completions feed `watch`."""
         self.qps[qp.qpn] = qp
+        self.gaps[qp.qpn] = Gap()
         self.endpoint.add(qp, peer_ip)
         if watch is not None:
             self.watches[qp.qpn] = watch
@@ -79,10 +97,11 @@ class DataPlane(threading.Thread):
         out = {}
         for qpn in qpns:
             qp = self.qps.pop(qpn, None)
+            gap = self.gaps.pop(qpn, Gap())
             self.watches.pop(qpn, None)
             self.endpoint.remove(qpn)
             if qp is not None:
-                out[qpn] = qp.counters.as_dict()
+                out[qpn] = qp.counters.as_dict() | {"max_rx_gap_s": round(gap.max_gap_s, 6)}
         return out
 
     def stop(self) -> None:
@@ -107,6 +126,9 @@ class DataPlane(threading.Thread):
                 fut.set_exception(e)
 
     def _dispatch(self) -> None:
+        now = time.monotonic()
+        for qpn, qp in self.qps.items():
+            self.gaps[qpn].update(qp.counters.rx_packets, now)
         for qpn, watch in self.watches.items():
             qp = self.qps[qpn]
             for c in qp.completions():
