@@ -1,6 +1,6 @@
 """Integration fixtures: real labs in namespaces, always destroyed, and proof the host is untouched.
 
-Every lab built here is named `it-*`; the session fixture snapshots the root
+Every lab built here is named `it-*` (or $ROCELAB_TEST_PREFIX*); the session fixture snapshots the root
 namespace (links, addresses, routes, selected sysctls, nftables) before the
 first test and compares after the last, and checks that no `it-*` namespace,
 process or run dir survives.
@@ -21,7 +21,8 @@ import pytest
 from emulator import lab, netns, state
 
 ROCELAB = str(Path(sys.executable).parent / "rocelab")
-PREFIX = "it-"
+# Lab names start with this; set ROCELAB_TEST_PREFIX to run two suites side by side.
+PREFIX = os.environ.get("ROCELAB_TEST_PREFIX", "it-")
 SYSCTLS = [
     "net/ipv4/ip_forward", "net/ipv4/fib_multipath_hash_policy", "net/ipv6/fib_multipath_hash_policy",
     "net/ipv6/conf/all/forwarding", "net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad",
@@ -120,12 +121,12 @@ def make_lab(topology: str, name: str):
 
 @pytest.fixture(scope="module")
 def clos_unnumbered():
-    yield from make_lab("topologies/clos-2x4.yaml", "it-unnum")
+    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}unnum")
 
 
 @pytest.fixture(scope="module")
 def clos_numbered():
-    yield from make_lab("topologies/clos-2x4-numbered.yaml", "it-num")
+    yield from make_lab("topologies/clos-2x4-numbered.yaml", f"{PREFIX}num")
 
 
 def poll(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):

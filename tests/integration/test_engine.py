@@ -15,14 +15,14 @@ from emulator.engine import client
 from emulator.roce.fastpath import FrameBuilder, Segment
 from emulator.roce.headers import Opcode
 
-from .conftest import cli, make_lab, poll
+from .conftest import PREFIX, cli, make_lab, poll
 
 MIB64 = "64MiB"
 
 
 @pytest.fixture(scope="module")
 def fabric():
-    yield from make_lab("topologies/clos-2x4.yaml", "it-eng")
+    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}eng")
 
 
 def transfer(lab, *args: str, check: bool = True) -> dict:

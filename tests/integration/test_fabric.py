@@ -9,7 +9,7 @@ import pytest
 from emulator import converge
 from emulator.plan import Kind
 
-from .conftest import cli, poll
+from .conftest import PREFIX, cli, poll
 
 
 @pytest.mark.parametrize("fixture", ["clos_unnumbered", "clos_numbered"])
@@ -85,7 +85,7 @@ def test_bfd_topology_runs_bfdd_with_every_session_up():
     from emulator.frr import vtysh_json
 
     from .conftest import make_lab
-    gen = make_lab("topologies/clos-2x4-bfd.yaml", "it-bfd")
+    gen = make_lab("topologies/clos-2x4-bfd.yaml", f"{PREFIX}bfd")
     lab = next(gen)
     try:
         assert lab.status()["converged"]

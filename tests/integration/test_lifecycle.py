@@ -11,7 +11,7 @@ from pathlib import Path
 from emulator import netns, state
 from emulator.paths import lab_run_dir
 
-from .conftest import ROCELAB, cli, leftovers, poll
+from .conftest import PREFIX, ROCELAB, cli, leftovers, poll
 
 
 def traces(name: str) -> dict:
@@ -20,24 +20,24 @@ def traces(name: str) -> dict:
 
 def test_bad_topology_creates_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: it-bad\nspines: 0\n")
+    bad.write_text(f"name: {PREFIX}bad\nspines: 0\n")
     res = cli("up", str(bad), check=False)
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0
     assert "spines" in res.stderr and "greater than or equal to 1" in res.stderr
-    assert not traces("it-bad")
+    assert not traces(f"{PREFIX}bad")
 
 
 def test_convergence_timeout_rolls_back_everything():
-    res = cli("up", "topologies/clos-2x4.yaml", "--name", "it-timeout", "--timeout", "0.2",
+    res = cli("up", "topologies/clos-2x4.yaml", "--name", f"{PREFIX}timeout", "--timeout", "0.2",
               check=False)
     assert res.returncode == 6, res.stderr
     assert "did not converge" in res.stderr and "fib:" in res.stderr  # says which check, where
-    assert not traces("it-timeout")
+    assert not traces(f"{PREFIX}timeout")
 
 
 def test_sigkill_midway_then_down_leaves_nothing():
-    name = "it-killed"
+    name = f"{PREFIX}killed"
     proc = subprocess.Popen([ROCELAB, "up", "topologies/clos-2x4.yaml", "--name", name],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # kill once daemons run but before convergence
@@ -55,7 +55,7 @@ def test_sigkill_midway_then_down_leaves_nothing():
 
 
 def test_sigterm_during_up_rolls_back():
-    name = "it-term"
+    name = f"{PREFIX}term"
     proc = subprocess.Popen([ROCELAB, "up", "topologies/clos-2x4.yaml", "--name", name],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     poll(lambda: any(n.startswith(name) for n in netns.list_names()), timeout=30,
@@ -67,22 +67,22 @@ def test_sigterm_during_up_rolls_back():
 
 
 def test_down_all_removes_rocelab_labs_and_nothing_else():
-    foreign = "it-foreign-ns"  # an ordinary namespace someone else made
+    foreign = f"{PREFIX}foreign-ns"  # an ordinary namespace someone else made
     netns.create(foreign)
     try:
-        cli("up", "topologies/clos-2x4.yaml", "--name", "it-all-a")
+        cli("up", "topologies/clos-2x4.yaml", "--name", f"{PREFIX}all-a")
         res = cli("down", "--all")
-        assert "lab it-all-a:" in res.stdout
-        assert not traces("it-all-a")
+        assert f"lab {PREFIX}all-a:" in res.stdout
+        assert not traces(f"{PREFIX}all-a")
         assert netns.exists(foreign)
     finally:
         netns.remove(foreign)
 
 
 def test_commands_on_missing_lab_fail_clearly():
-    res = cli("status", "it-nope", check=False)
-    assert res.returncode == 4 and "no lab named it-nope" in res.stderr
-    res = cli("exec", "it-nope", "leaf1", "--", "true", check=False)
+    res = cli("status", f"{PREFIX}nope", check=False)
+    assert res.returncode == 4 and f"no lab named {PREFIX}nope" in res.stderr
+    res = cli("exec", f"{PREFIX}nope", "leaf1", "--", "true", check=False)
     assert res.returncode == 4
 
 
