@@ -10,7 +10,7 @@ name the field.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -33,6 +33,12 @@ class Interface:
     peer_ifname: str
     address: str | None  # "10.1.0.0/31", or None for an unnumbered fabric port
     fabric: bool  # leaf-spine link (BGP runs over it)
+    port_id: int = 0  # lab-wide port number, 1.. (the BPF dataplane's key)
+
+    @property
+    def mac(self) -> str:
+        """02:52:4c:00:HI:LO -- locally administered, port id in the low 16 bits."""
+        return f"02:52:4c:00:{self.port_id >> 8:02x}:{self.port_id & 0xFF:02x}"
 
 
 @dataclass(frozen=True)
@@ -156,15 +162,28 @@ def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
              loopback=loopbacks[r])
         for r in spines + leaves
     ]
+    nodes = _number_ports(nodes + host_nodes)
     return Plan(
         lab=topo.name, addressing=topo.addressing, speed_bps=parse_speed(topo.links.speed),
         mtu=topo.links.mtu, bfd_enabled=topo.bfd.enabled, bfd_interval_ms=topo.bfd.interval_ms,
         bfd_multiplier=topo.bfd.multiplier, bgp_keepalive=topo.bgp.keepalive,
         bgp_hold=topo.bgp.hold, loopback_pool=topo.pools.loopbacks, host_pool=topo.pools.hosts,
         fabric_pool=topo.pools.fabric if topo.addressing is Addressing.NUMBERED else None,
-        nodes=tuple(nodes + host_nodes),
+        nodes=tuple(nodes),
         links=tuple(fabric_links + host_links), source=source,
     )
+
+
+def _number_ports(nodes: list[Node]) -> list[Node]:
+    """Give every port a lab-wide id in node order (stable: the plan is deterministic)."""
+    out, next_id = [], 1
+    for node in nodes:
+        ports = []
+        for port in node.interfaces:
+            ports.append(replace(port, port_id=next_id))
+            next_id += 1
+        out.append(replace(node, interfaces=tuple(ports)))
+    return out
 
 
 def _check_semantics(topo: Topology, source: str) -> None:

@@ -104,11 +104,13 @@ def create_links(plan: Plan) -> None:
     try:
         with IPRoute() as ipr:
             for link in plan.links:
+                a = plan.node(link.a).interface(link.a_ifname)
+                b = plan.node(link.b).interface(link.b_ifname)
                 try:
                     ipr.link("add", ifname=link.a_ifname, kind="veth", net_ns_fd=fds[link.a],
-                             mtu=plan.mtu, state="up",  # saves a round trip per port later
+                             mtu=plan.mtu, state="up", address=a.mac,  # up: saves a round trip
                              peer={"ifname": link.b_ifname, "net_ns_fd": fds[link.b],
-                                   "mtu": plan.mtu})
+                                   "mtu": plan.mtu, "address": b.mac})
                 except NetlinkError as e:
                     raise RealizeError(
                         f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "

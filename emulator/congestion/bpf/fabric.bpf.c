@@ -1,0 +1,234 @@
+// rocelab fabric dataplane: one BPF object per lab, attached with clsact to
+// every port of every node (ingress and egress).
+//
+// Port identity: every lab port has a MAC 02:52:4c:00:HI:LO whose low 16
+// bits are its port id, so one program serves all namespaces without
+// per-namespace lookups: egress reads the source MAC, ingress the
+// destination MAC.
+//
+// Per (port, TC) the maps hold:
+//   queued   bytes in this port's egress queue: + at our egress, - when the
+//            frame arrives at the peer's ingress (veth delivers at once, so
+//            that is when it left our queue);
+//   buffered bytes held in this switch that came in through this port:
+//            + at the switch's egress (tagged with its ingress port in
+//            skb->tc_index, which survives veth), - at the next hop's ingress.
+// Egress: classify DSCP -> TC (skb->priority = HTB class 1:1<tc>), mark CE
+// RED-style on `queued`, count. Above XOFF `buffered` sends an XOFF event
+// on the ring buffer (the controller pauses the upstream port); below XON,
+// an XON event.
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define MAX_PORTS 4096
+#define NTC 8
+#define ETH_P_PAUSE 0x8808
+#define TC_INDEX_VALID 0x8000
+
+struct port_cfg {
+    __u32 peer;          // port id at the other end of the veth
+    __u32 is_switch;     // 1 for router ports (buffer accounting), 0 for hosts
+    __u32 ecn_on;        // RED marking enabled on this port
+    __u32 pfc_on;        // send XOFF/XON for frames that came in here
+    __u32 kmin[NTC];     // bytes; kmax == 0 disables marking for that TC
+    __u32 kmax[NTC];
+    __u32 pmax[NTC];     // marking probability at kmax, in 1/2^32 units (0..0xffffffff)
+    __u32 xoff[NTC];     // bytes buffered from this port that trigger XOFF; 0 = never
+    __u32 xon[NTC];
+};
+
+struct tc_stat {
+    __s64 queued;
+    __s64 buffered;
+    __u64 max_queued;
+    __u64 max_buffered;
+    __u64 tx_packets;
+    __u64 tx_bytes;
+    __u64 ecn_capable;
+    __u64 ce_marked;
+    __u64 rx_ce;          // CE-marked frames arriving at this port
+    __u64 pause_tx;       // 802.1Qbb frames sent out of this port
+    __u64 pause_rx;
+    __u32 paused;         // XOFF outstanding for frames from this port
+    __u32 pad;
+};
+
+struct event {
+    __u64 ts;
+    __u32 port;          // ingress port whose buffered bytes crossed a threshold
+    __u32 tc;
+    __u32 xoff;          // 1 = XOFF, 0 = XON
+    __u32 bytes;
+};
+
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PORTS);
+         __type(key, __u32); __type(value, struct port_cfg); } cfg SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PORTS * NTC);
+         __uint(map_flags, BPF_F_MMAPABLE);
+         __type(key, __u32); __type(value, struct tc_stat); } stats SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 64);
+         __type(key, __u32); __type(value, __u32); } dscp_tc SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 1 << 16); } events SEC(".maps");
+
+static __always_inline int port_of(const unsigned char *mac) {
+    if (mac[0] != 0x02 || mac[1] != 0x52 || mac[2] != 0x4c || mac[3] != 0x00)
+        return -1;
+    return ((int)mac[4] << 8) | mac[5];
+}
+
+static __always_inline struct tc_stat *stat_of(__u32 port, __u32 tc) {
+    __u32 key = port * NTC + tc;
+    return bpf_map_lookup_elem(&stats, &key);
+}
+
+struct parsed { struct ethhdr *eth; struct iphdr *ip; __u32 tc; };
+
+static __always_inline int parse(struct __sk_buff *skb, struct parsed *p) {
+    void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+    p->eth = data;
+    p->ip = 0;
+    p->tc = 0;
+    if ((void *)(p->eth + 1) > end)
+        return -1;
+    if (p->eth->h_proto == bpf_htons(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(p->eth + 1);
+        if ((void *)(ip + 1) > end)
+            return -1;
+        __u32 dscp = ip->tos >> 2;
+        __u32 *tc = bpf_map_lookup_elem(&dscp_tc, &dscp);
+        p->ip = ip;
+        p->tc = tc ? (*tc & (NTC - 1)) : 0;
+    } else if (p->eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+        p->tc = 6;  // routing control (RA, ND, BGP over link-local) rides with CNPs
+    }
+    return 0;
+}
+
+static __always_inline void emit(__u32 port, __u32 tc, __u32 xoff, __s64 bytes) {
+    struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+    if (!e)
+        return;
+    e->ts = bpf_ktime_get_ns();
+    e->port = port;
+    e->tc = tc;
+    e->xoff = xoff;
+    e->bytes = bytes > 0 ? (__u32)bytes : 0;
+    bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline void red_mark(struct __sk_buff *skb, struct parsed *p, struct port_cfg *c,
+                                     struct tc_stat *s, __s64 depth) {
+    __u8 ecn = p->ip->tos & 3;
+    if (!ecn)
+        return;
+    s->ecn_capable++;
+    __u32 tc = p->tc;
+    if (!c->ecn_on || c->kmax[tc] == 0 || depth <= c->kmin[tc] || ecn == 3)
+        return;
+    __u32 prob = 0xffffffff;
+    if (depth < c->kmax[tc]) {
+        __u64 span = c->kmax[tc] - c->kmin[tc];
+        prob = (__u32)(((__u64)c->pmax[tc] * (__u64)(depth - c->kmin[tc])) / (span ? span : 1));
+    }
+    if (bpf_get_prandom_u32() <= prob && bpf_skb_ecn_set_ce(skb))
+        s->ce_marked++;
+}
+
+SEC("tc")
+int fabric_egress(struct __sk_buff *skb) {
+    struct parsed p;
+    if (parse(skb, &p) < 0)
+        return TC_ACT_UNSPEC;
+    int port = port_of(p.eth->h_source);
+    if (port < 0)
+        return TC_ACT_UNSPEC;
+    __u32 key = port;
+    struct port_cfg *c = bpf_map_lookup_elem(&cfg, &key);
+    struct tc_stat *s = stat_of(port, p.tc);
+    if (!c || !s)
+        return TC_ACT_UNSPEC;
+    skb->priority = (1 << 16) | (0x10 + p.tc);  // HTB class 1:1<tc>
+    if (p.eth->h_proto == bpf_htons(ETH_P_PAUSE)) {
+        __sync_fetch_and_add(&s->pause_tx, 1);
+        return TC_ACT_UNSPEC;
+    }
+    __s64 depth = __sync_fetch_and_add(&s->queued, skb->len) + skb->len;
+    if (depth > 0 && (__u64)depth > s->max_queued)
+        s->max_queued = depth;
+    s->tx_packets++;
+    s->tx_bytes += skb->len;
+    if (p.ip)
+        red_mark(skb, &p, c, s, depth);
+    __u32 in = skb->tc_index;
+    if (c->is_switch && (in & TC_INDEX_VALID)) {
+        __u32 in_port = in & 0x0fff;
+        struct port_cfg *ic = bpf_map_lookup_elem(&cfg, &in_port);
+        struct tc_stat *is = stat_of(in_port, p.tc);
+        if (ic && is) {
+            __s64 held = __sync_fetch_and_add(&is->buffered, skb->len) + skb->len;
+            if (held > 0 && (__u64)held > is->max_buffered)
+                is->max_buffered = held;
+            __u32 xoff = ic->xoff[p.tc];
+            if (ic->pfc_on && xoff && held > xoff && !is->paused) {
+                is->paused = 1;
+                emit(in_port, p.tc, 1, held);
+            }
+        }
+    } else {
+        skb->tc_index = 0;  // originated here: nobody upstream holds it
+    }
+    return TC_ACT_UNSPEC;  // not TC_ACT_OK: that would overwrite skb->tc_index
+}
+
+SEC("tc")
+int fabric_ingress(struct __sk_buff *skb) {
+    struct parsed p;
+    if (parse(skb, &p) < 0)
+        return TC_ACT_UNSPEC;
+    int port = port_of(p.eth->h_dest);
+    if (port < 0) {  // multicast/broadcast: control traffic, not queued data
+        int src = port_of(p.eth->h_source);
+        if (src >= 0 && p.eth->h_proto == bpf_htons(ETH_P_PAUSE)) {
+            __u32 k = src;
+            struct port_cfg *sc = bpf_map_lookup_elem(&cfg, &k);
+            struct tc_stat *rs = sc ? stat_of(sc->peer, 3) : 0;
+            if (rs)
+                __sync_fetch_and_add(&rs->pause_rx, 1);
+        }
+        skb->tc_index = 0;
+        return TC_ACT_UNSPEC;
+    }
+    __u32 key = port;
+    struct port_cfg *c = bpf_map_lookup_elem(&cfg, &key);
+    if (!c)
+        return TC_ACT_UNSPEC;
+    struct tc_stat *up = stat_of(c->peer, p.tc);  // the sender's egress queue drained this frame
+    if (up)
+        __sync_fetch_and_add(&up->queued, -(__s64)skb->len);
+    if (p.ip && (p.ip->tos & 3) == 3) {
+        struct tc_stat *me = stat_of(port, p.tc);
+        if (me)
+            __sync_fetch_and_add(&me->rx_ce, 1);
+    }
+    __u32 in = skb->tc_index;
+    if (in & TC_INDEX_VALID) {  // the previous switch no longer holds this frame
+        __u32 prev = in & 0x0fff;
+        struct port_cfg *pc = bpf_map_lookup_elem(&cfg, &prev);
+        struct tc_stat *ps = stat_of(prev, p.tc);
+        if (pc && ps) {
+            __s64 held = __sync_fetch_and_add(&ps->buffered, -(__s64)skb->len) - skb->len;
+            if (ps->paused && held < pc->xon[p.tc]) {
+                ps->paused = 0;
+                emit(prev, p.tc, 0, held);
+            }
+        }
+    }
+    skb->tc_index = c->is_switch ? (TC_INDEX_VALID | (port & 0x0fff)) : 0;
+    return TC_ACT_UNSPEC;
+}
+
+char LICENSE[] SEC("license") = "GPL";
