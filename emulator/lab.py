@@ -23,6 +23,7 @@ from . import converge, frr, netns, state
 from .errors import LabExistsError, LabNotFoundError, NotRootError, RealizeError, RocelabError
 from .paths import lab_run_dir
 from .plan import Plan, compile_plan
+from .congestion.launch import start_controller
 from .realize import parallel, realize
 from .render import Rendered, render
 from .spec import Topology, load, parse
@@ -88,6 +89,10 @@ def up(path: str | Path, name: str | None = None, timeout_s: float = DEFAULT_TIM
         state.write(plan.lab, record)  # intent first: `down` knows what may exist
         progress(f"creating {len(plan.nodes)} namespaces and {len(plan.links)} links")
         realize(plan, undo)
+        if plan.congestion:  # shaped ports, ECN, PFC: one controller owns the BPF dataplane
+            progress(f"shaping ports at {plan.congestion.rate_bps / 1e6:g} Mbit/s "
+                     f"(dilation {plan.congestion.dilation:g}), loading the BPF dataplane")
+            undo.callback(frr.kill_pids, [start_controller(plan)])
         marks["realized"] = time.monotonic()
         daemons, marks["spawn_cpu_s"] = _start_daemons(plan, rendered, undo, progress)
         record["daemons"] = [d.__dict__ for d in daemons]

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from .congestion.model import CongestionPlan
+from .congestion.model import resolve as resolve_congestion
 from .errors import SpecError
 from .spec import Addressing, Role, Topology, parse_speed
 
@@ -97,6 +99,7 @@ class Plan:
     nodes: tuple[Node, ...]
     links: tuple[Link, ...]
     source: str = ""
+    congestion: CongestionPlan | None = None  # None: unshaped links, no ECN/PFC/DCQCN
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +166,8 @@ def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
         for r in spines + leaves
     ]
     nodes = _number_ports(nodes + host_nodes)
+    congestion = resolve_congestion(topo, source, set(spines + leaves),
+                                    {n.name for n in host_nodes})
     return Plan(
         lab=topo.name, addressing=topo.addressing, speed_bps=parse_speed(topo.links.speed),
         mtu=topo.links.mtu, bfd_enabled=topo.bfd.enabled, bfd_interval_ms=topo.bfd.interval_ms,
@@ -170,7 +175,7 @@ def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
         bgp_hold=topo.bgp.hold, loopback_pool=topo.pools.loopbacks, host_pool=topo.pools.hosts,
         fabric_pool=topo.pools.fabric if topo.addressing is Addressing.NUMBERED else None,
         nodes=tuple(nodes),
-        links=tuple(fabric_links + host_links), source=source,
+        links=tuple(fabric_links + host_links), source=source, congestion=congestion,
     )
 
 

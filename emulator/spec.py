@@ -13,12 +13,12 @@ import json
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import SpecError
+from .errors import RocelabError, SpecError
 
 LAB_NAME = r"^[a-z][a-z0-9]{0,14}(-[a-z0-9]+)*$"
 MAX_LAB_NAME = 24
@@ -99,6 +99,74 @@ class Hosts(Strict):
                     "the first half prefill, the rest decode.")
 
 
+class Ecn(Strict):
+    enabled: bool = Field(True, description="RED-style CE marking on switch egress queues.")
+    kmin: str = Field("150KB", description="Queue depth where marking starts (bytes: 150KB, 1MiB).")
+    kmax: str = Field("1500KB", description="Queue depth where marking reaches pmax; every packet above.")
+    pmax: Annotated[float, Field(gt=0, le=1, strict=False)] = Field(
+        0.2, description="Marking probability at kmax.")
+    tcs: list[Annotated[int, Field(ge=0, le=7)]] = Field(
+        default_factory=lambda: [3], description="Traffic classes that mark (default: RoCE, TC 3).")
+    disabled_on: list[str] = Field(
+        default_factory=list, description="Switches with marking off (reproduces 'DCQCN silently off').")
+
+    @field_validator("kmin", "kmax")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        return _check_size(v)
+
+
+class Pfc(Strict):
+    enabled: bool = Field(True, description="PFC-like pause of the lossless TC, hop by hop.")
+    xoff: str = Field("1MB", description="Bytes buffered from one ingress port that pause the upstream port.")
+    xon: str = Field("800KB", description="Bytes below which the upstream port resumes.")
+    disabled_on: list[str] = Field(default_factory=list, description="Switches that never pause.")
+
+    @field_validator("xoff", "xon")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        return _check_size(v)
+
+
+class Dcqcn(Strict):
+    profile: Literal["nvidia", "paper", "off"] = Field(
+        "nvidia", description="Rate-control parameters: NIC defaults, the SIGCOMM 2015 values, or off.")
+    disabled_hosts: list[str] = Field(default_factory=list, description="Hosts with DCQCN off.")
+
+
+class Congestion(Strict):
+    enabled: bool = Field(False, description="Shape every port and run ECN, PFC and DCQCN.")
+    dilation: Annotated[float, Field(gt=0, strict=False)] | Literal["auto"] = Field(
+        "auto", description="Time dilation D: links run at speed/D, protocol timers x D.")
+    max_link_rate: str = Field("100M", description="With dilation auto: pick D so speed/D <= this.")
+    buffer: str = Field("4MB", description="Per-port buffer of each lossy class (bfifo limit).")
+    roce_dscp: Annotated[int, Field(ge=0, le=63)] = Field(26, description="DSCP of RoCE data.")
+    cnp_dscp: Annotated[int, Field(ge=0, le=63)] = Field(48, description="DSCP of CNPs.")
+    ecn: Ecn = Field(default_factory=Ecn, description="Switch ECN marking.")
+    pfc: Pfc = Field(default_factory=Pfc, description="Lossless class pauses.")
+    dcqcn: Dcqcn = Field(default_factory=Dcqcn, description="Sender rate control.")
+
+    @field_validator("max_link_rate")
+    @classmethod
+    def _rate(cls, v: str) -> str:
+        return Links._speed(v)
+
+    @field_validator("buffer")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        return _check_size(v)
+
+
+def _check_size(v: str) -> str:
+    from .units import parse_size
+
+    try:
+        parse_size(v)
+    except RocelabError:
+        raise ValueError("must be a size like 150KB, 1500KB, 1MiB or 4096") from None
+    return v
+
+
 class Topology(Strict):
     name: str = Field(description="Lab name: lowercase letters, digits and dashes; namespaces are <name>-<node>.")
     description: str = Field("", description="Free text, shown nowhere but the plan.")
@@ -112,6 +180,8 @@ class Topology(Strict):
     bgp: Bgp = Field(default_factory=Bgp, description="BGP timers.")
     asn: Asn = Field(default_factory=Asn, description="ASN plan (RFC 7938 style).")
     pools: Pools = Field(default_factory=Pools, description="Address pools.")
+    congestion: Congestion = Field(default_factory=Congestion,
+                                   description="Shaping, time dilation, ECN, PFC, DCQCN.")
 
     @field_validator("name")
     @classmethod
@@ -139,7 +209,9 @@ def json_schema() -> dict[str, Any]:
 
 
 def _describe(err: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]:
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    # Union members add type tags (e.g. 'constrained-float') to the location: drop them.
+    loc = ".".join(str(p) for p in err["loc"] if "-" not in str(p) and "[" not in str(p))
+    loc = loc or "(top level)"
     kind, got = err["type"], err.get("input")
     if kind == "extra_forbidden":
         parent = _model_at(model, err["loc"][:-1])

@@ -7,7 +7,6 @@ them. Results are plain dicts with stable keys (documented in docs/roce.md).
 
 from __future__ import annotations
 
-import re
 import statistics
 import threading
 import time
@@ -22,22 +21,8 @@ from .errors import RocelabError
 from .plan import Kind, Node, Plan
 from .spec import Role
 
-SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc", "access_errors")
-
-
-def parse_size(text: str) -> int:
-    """'64MiB' -> 67108864, '500MB' -> 500000000, '4096' -> 4096."""
-    m = SIZE_RE.match(text)
-    if not m:
-        raise RocelabError(f"--size: {text!r} is not a size like 64MiB, 1GiB, 500MB or 4096")
-    number, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
-    scale = (1024 if binary else 1000) ** " KMGT".index(unit or " ")
-    size = int(number * scale)
-    if size <= 0:
-        raise RocelabError(f"--size: must be positive (got {text!r})")
-    return size
 
 
 def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src") -> Node:

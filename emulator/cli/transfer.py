@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import lab, workload
+from ..units import parse_size
 from ..engine.job import DEFAULT_MTU, Job, Op
 from .progress import byte_progress
 
@@ -29,7 +30,7 @@ def command(name: str, src: str, dst: str, size: str, op: str, qps: int, mtu: in
     """
     lab.require_root()
     plan = lab.lab_plan(name)
-    job = Job(Op(op), size=workload.parse_size(size), qps=qps, mtu=mtu)
+    job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu)
     s, d = workload.host(plan, src), workload.host(plan, dst, option="--dst")
     with byte_progress(f"{op} {src} -> {dst}", job.payload_bytes, quiet=as_json) as tick:
         res = workload.run_transfer(plan, s, d, job, tick)

@@ -1,0 +1,165 @@
+"""The lab's congestion controller: one process that owns the BPF dataplane.
+
+    python -m emulator.congestion.controller --lab LAB
+
+It compiles and loads the fabric BPF object once, fills its maps, shapes
+every port (qos.py) and attaches the programs in every namespace, so one map
+set serves the whole fabric. Then it only reacts: XOFF/XON events from the
+ring buffer pause or resume the upstream neighbour's lossless class and put
+a real 802.1Qbb frame on the wire. Statistics are read by other processes
+straight from the mmap-able map (ids in <run dir>/bpf.json): polling here
+would wreck the reaction time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import signal
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from .. import lab as labmod
+from .. import netns
+from ..paths import lab_run_dir
+from ..plan import Interface, Node, Plan
+from . import libbpf, qos
+from .model import CongestionPlan  # noqa: F401
+from .maps import pack_cfg
+
+log = logging.getLogger("rocelab.controller")
+SOURCE = Path(__file__).parent / "bpf" / "fabric.bpf.c"
+EVENT = struct.Struct("=QIIII")
+REPORT_EVERY_S = 1.0
+PAUSE_QUANTA = 0xFFFF
+
+
+@dataclass
+class PortRef:
+    node: Node
+    port: Interface
+
+
+class Controller:
+    def __init__(self, plan: Plan):
+        assert plan.congestion is not None
+        self.plan, self.cp = plan, plan.congestion
+        self.run_dir = lab_run_dir(plan.lab)
+        self.ports = {p.port_id: PortRef(n, p) for n in plan.nodes for p in n.interfaces}
+        self.ipr: dict[str, IPRoute] = {}
+        self.raw: dict[int, socket.socket] = {}
+        self.paused_since: dict[tuple[int, int], float] = {}
+        self.paused_s: dict[str, float] = {}
+        self.reactions_us: list[float] = []
+        self.pauses = 0
+
+    def setup(self) -> None:
+        obj_path = libbpf.compile_object(SOURCE, self.run_dir / "fabric.bpf.o")
+        self.obj = libbpf.BpfObject(obj_path)
+        self._fill_maps()
+        eg, ing = self.obj.prog_fd("fabric_egress"), self.obj.prog_fd("fabric_ingress")
+        for node in self.plan.nodes:
+            with netns.entered(node.netns):
+                ipr = IPRoute()
+                for port in node.interfaces:
+                    qos.apply_port(ipr, port.name, self.cp, self.plan.mtu, eg, ing)
+                    raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+                    raw.bind((port.name, 0))
+                    self.raw[port.port_id] = raw
+            self.ipr[node.name] = ipr  # its socket lives in node's namespace
+        ids = {name: libbpf.map_id(self.obj.map_fd(name)) for name in ("cfg", "stats", "dscp_tc")}
+        (self.run_dir / "bpf.json").write_text(json.dumps({"maps": ids, "ports": len(self.ports)}))
+
+    def _fill_maps(self) -> None:
+        cfg = self.obj.map_fd("cfg")
+        for pid, ref in self.ports.items():
+            peer = self.plan.node(ref.port.peer).interface(ref.port.peer_ifname)
+            libbpf.update(cfg, pid, pack_cfg(self.plan, ref.node, peer.port_id))
+        dscp = self.obj.map_fd("dscp_tc")
+        for value, tc in self.cp.dscp_tc().items():
+            libbpf.update(dscp, value, struct.pack("=I", tc))
+
+    # -- reacting ---------------------------------------------------------------
+
+    def on_event(self, _ctx: int, data: int, size: int) -> int:
+        ts, port, tc, xoff, held = EVENT.unpack(ctypes.string_at(data, EVENT.size))
+        ref = self.ports.get(port)
+        if ref is None:
+            return 0
+        upstream = self.plan.node(ref.port.peer)
+        up_port = upstream.interface(ref.port.peer_ifname)
+        ipr = self.ipr[upstream.name]
+        idx = self._ifindex(upstream, up_port)
+        qos.set_pause(ipr, idx, self.cp, self.plan.mtu, paused=bool(xoff))
+        now = time.monotonic_ns()
+        self.reactions_us.append((now - ts) / 1000)
+        self.raw[port].send(qos.pfc_frame(ref.port.mac, tc, PAUSE_QUANTA if xoff else 0))
+        key = (port, tc)
+        if xoff:
+            self.pauses += 1
+            self.paused_since[key] = now / 1e9
+        else:
+            self.raw[up_port.port_id].send(qos.kick_frame(up_port.mac, ref.port.mac, self.cp.roce_dscp))
+            start = self.paused_since.pop(key, now / 1e9)
+            name = f"{upstream.name}:{up_port.name}:{tc}"
+            self.paused_s[name] = self.paused_s.get(name, 0.0) + now / 1e9 - start
+        return 0
+
+    def _ifindex(self, node: Node, port: Interface) -> int:
+        cache = self.__dict__.setdefault("_idx", {})
+        key = (node.name, port.name)
+        if key not in cache:
+            with netns.entered(node.netns):
+                cache[key] = socket.if_nametoindex(port.name)
+        return cache[key]
+
+    def report(self) -> None:
+        now = time.monotonic_ns() / 1e9
+        paused = dict(self.paused_s)
+        for (port, tc), start in self.paused_since.items():  # still paused: count so far
+            ref = self.ports[port]
+            up = self.plan.node(ref.port.peer)
+            name = f"{up.name}:{ref.port.peer_ifname}:{tc}"
+            paused[name] = paused.get(name, 0.0) + now - start
+        data = {"pauses": self.pauses, "reaction_us": self.reactions_us[-10000:],
+                "paused_s": paused, "active_pauses": len(self.paused_since), "at": time.time()}
+        tmp = self.run_dir / "pfc.json.tmp"
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.run_dir / "pfc.json")
+
+    def serve(self) -> None:
+        callback = libbpf.RingCallback(self.on_event)
+        rb = libbpf.lib().ring_buffer__new(self.obj.map_fd("events"), callback, None, None)
+        if not rb:
+            raise libbpf.BpfError("ring_buffer__new failed")
+        (self.run_dir / "controller.ready").write_text("ok\n")
+        stop = {"now": False}
+        signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+        next_report = 0.0
+        while not stop["now"]:
+            libbpf.lib().ring_buffer__poll(rb, 50)
+            if time.monotonic() >= next_report:
+                self.report()
+                next_report = time.monotonic() + REPORT_EVERY_S
+        self.report()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--lab", required=True)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    ctl = Controller(labmod.lab_plan(args.lab))
+    ctl.setup()
+    ctl.serve()
+
+
+if __name__ == "__main__":
+    main()

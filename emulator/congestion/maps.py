@@ -1,0 +1,68 @@
+"""The BPF maps' layouts (mirroring fabric.bpf.c) and a reader for other processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+
+from ..paths import lab_run_dir
+from ..plan import Node, Plan
+from . import libbpf
+from .model import ROCE_TC, TCS
+
+MAX_PORTS = 4096
+NTC = 8
+CFG = struct.Struct("=4I8I8I8I8I8I")
+STAT = struct.Struct("=qqQQQQQQQQQII")
+STAT_FIELDS = ("queued", "buffered", "max_queued", "max_buffered", "tx_packets", "tx_bytes",
+               "ecn_capable", "ce_marked", "rx_ce", "pause_tx", "pause_rx", "paused", "pad")
+PMAX_ONE = 0xFFFFFFFF
+
+
+def pack_cfg(plan: Plan, node: Node, peer_port: int) -> bytes:
+    cp = plan.congestion
+    assert cp is not None
+    switch = node.is_router
+    kmin, kmax, pmax, xoff, xon = ([0] * NTC for _ in range(5))
+    for tc in cp.ecn_tcs:
+        kmin[tc], kmax[tc], pmax[tc] = cp.kmin, cp.kmax, int(cp.pmax * PMAX_ONE)
+    xoff[ROCE_TC], xon[ROCE_TC] = cp.xoff, cp.xon
+    return CFG.pack(peer_port, int(switch), int(switch and cp.ecn_on(node.name)),
+                    int(switch and cp.pfc_on(node.name)), *kmin, *kmax, *pmax, *xoff, *xon)
+
+
+@dataclass
+class PortTc:
+    node: str
+    port: str
+    tc: int
+    values: dict[str, int]
+
+
+class StatsReader:
+    """Reads the per (port, TC) counters of a running lab from the shared map."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        meta = json.loads((lab_run_dir(plan.lab) / "bpf.json").read_text())
+        self._fd = libbpf.map_fd_by_id(meta["maps"]["stats"])
+        size = STAT.size * MAX_PORTS * NTC
+        page = os.sysconf("SC_PAGE_SIZE")
+        self._mm = libbpf.mmap_array(self._fd, (size + page - 1) // page * page)
+
+    def read(self, tcs: tuple[int, ...] = TCS) -> list[PortTc]:
+        out = []
+        for node in self.plan.nodes:
+            for port in node.interfaces:
+                for tc in tcs:
+                    off = (port.port_id * NTC + tc) * STAT.size
+                    values = dict(zip(STAT_FIELDS, STAT.unpack_from(self._mm, off)))
+                    values.pop("pad")
+                    out.append(PortTc(node.name, port.name, tc, values))
+        return out
+
+    def close(self) -> None:
+        self._mm.close()
+        os.close(self._fd)

@@ -1,0 +1,102 @@
+"""Resolve a topology's `congestion:` section into numbers (pure, part of the plan).
+
+Time dilation: a link declared at `speed` is shaped at speed / D, and every
+protocol timer is multiplied by D, while buffers and thresholds stay in
+bytes. Bandwidth x time = bytes is invariant, so queues fill and drain
+exactly as they would at full speed, only D times slower. Every duration
+is reported both as measured (wall) and real-equivalent (wall / D).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import RocelabError, SpecError
+from ..spec import Topology, parse_speed
+from ..units import parse_size
+
+ROCE_TC = 3  # lossless, PFC
+CNP_TC = 6  # served first
+DEFAULT_TC = 0  # lossy
+TCS = (DEFAULT_TC, ROCE_TC, CNP_TC)
+
+
+@dataclass(frozen=True)
+class CongestionPlan:
+    dilation: float
+    speed_bps: int  # declared (real) line rate
+    rate_bps: int  # shaped rate = speed / dilation
+    buffer_bytes: int
+    roce_dscp: int
+    cnp_dscp: int
+    kmin: int
+    kmax: int
+    pmax: float
+    ecn_tcs: tuple[int, ...]
+    ecn_off: tuple[str, ...]  # switches with marking disabled
+    xoff: int
+    xon: int
+    pfc_enabled: bool
+    pfc_off: tuple[str, ...]
+    dcqcn_profile: str
+    dcqcn_off: tuple[str, ...]
+    ecn_enabled: bool
+
+    def real(self, wall_s: float) -> float:
+        """A measured duration in real-equivalent time."""
+        return wall_s / self.dilation
+
+    def wall(self, real_s: float) -> float:
+        """A protocol timer stretched for this lab."""
+        return real_s * self.dilation
+
+    def dscp_tc(self) -> dict[int, int]:
+        return {self.roce_dscp: ROCE_TC, self.cnp_dscp: CNP_TC}
+
+    def ecn_on(self, node: str) -> bool:
+        return self.ecn_enabled and node not in self.ecn_off
+
+    def pfc_on(self, node: str) -> bool:
+        return self.pfc_enabled and node not in self.pfc_off
+
+
+def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str]) -> CongestionPlan | None:
+    c = topo.congestion
+    if not c.enabled:
+        return None
+    speed = parse_speed(topo.links.speed)
+    if c.dilation == "auto":
+        dilation = float(max(1, math.ceil(speed / parse_speed(c.max_link_rate))))
+    else:
+        dilation = float(c.dilation)
+    try:
+        sizes = {k: parse_size(v) for k, v in (("kmin", c.ecn.kmin), ("kmax", c.ecn.kmax),
+                                              ("xoff", c.pfc.xoff), ("xon", c.pfc.xon),
+                                              ("buffer", c.buffer))}
+    except RocelabError as e:
+        raise SpecError(source, "congestion", str(e)) from None
+    _check(source, sizes, c, switches, hosts)
+    return CongestionPlan(
+        dilation=dilation, speed_bps=speed, rate_bps=int(speed / dilation),
+        buffer_bytes=sizes["buffer"], roce_dscp=c.roce_dscp, cnp_dscp=c.cnp_dscp,
+        kmin=sizes["kmin"], kmax=sizes["kmax"], pmax=c.ecn.pmax, ecn_tcs=tuple(c.ecn.tcs),
+        ecn_off=tuple(c.ecn.disabled_on), ecn_enabled=c.ecn.enabled, xoff=sizes["xoff"],
+        xon=sizes["xon"], pfc_enabled=c.pfc.enabled, pfc_off=tuple(c.pfc.disabled_on),
+        dcqcn_profile=c.dcqcn.profile, dcqcn_off=tuple(c.dcqcn.disabled_hosts))
+
+
+def _check(source: str, sizes: dict[str, int], c, switches: set[str], hosts: set[str]) -> None:
+    if sizes["kmin"] >= sizes["kmax"]:
+        raise SpecError(source, "congestion.ecn.kmin", f"must be below kmax ({c.ecn.kmax})")
+    if sizes["xon"] >= sizes["xoff"]:
+        raise SpecError(source, "congestion.pfc.xon", f"must be below xoff ({c.pfc.xoff})")
+    if c.roce_dscp == c.cnp_dscp:
+        raise SpecError(source, "congestion.cnp_dscp", "must differ from roce_dscp")
+    for field, names, pool in (("ecn.disabled_on", c.ecn.disabled_on, switches),
+                               ("pfc.disabled_on", c.pfc.disabled_on, switches),
+                               ("dcqcn.disabled_hosts", c.dcqcn.disabled_hosts, hosts)):
+        for name in names:
+            if name not in pool:
+                raise SpecError(source, f"congestion.{field}",
+                                f"no such node {name!r}; allowed: {', '.join(sorted(pool))}")

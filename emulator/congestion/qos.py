@@ -1,0 +1,105 @@
+"""Switch and host port queues: HTB at the emulated line rate, one class per TC.
+
+    1:  htb (default 1:10)
+    └─ 1:1  rate R
+       ├─ 1:16 TC 6 (CNP, routing control)  prio 0  -> bfifo       served first
+       ├─ 1:13 TC 3 (RoCE, lossless)       prio 1  -> tbf 13:     the pause switch
+       └─ 1:10 TC 0 (everything else)      prio 2  -> bfifo       lossy, tail drop
+    clsact: the fabric BPF program on ingress and egress (classifies: skb->priority)
+
+Pausing TC 3 sets its TBF to a crawl; resuming sets it back to R and sends
+one "kick" frame through it, because TBF only restarts on an enqueue (an
+HTB class rate change does not work as a pause switch: it stays stuck).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
+
+# pyroute2 knows pfifo but not bfifo; both take the same struct tc_fifo_qopt
+# (the limit is in bytes for bfifo), so the pfifo encoder serves for both.
+_tc_plugins.setdefault("bfifo", _tc_plugins["pfifo"])
+
+from .model import CNP_TC, DEFAULT_TC, ROCE_TC, CongestionPlan
+
+TC_PRIO = {CNP_TC: 0, ROCE_TC: 1, DEFAULT_TC: 2}
+PAUSED_BPS = 8000  # TBF needs a non-zero rate; 8 kbit/s is a stop at these speeds
+LOSSLESS_LIMIT = 64 << 20  # bytes the lossless TBF may hold: PFC keeps it far below
+EGRESS, INGRESS = "ffff:fff3", "ffff:fff2"
+
+
+def burst_bytes(rate_bps: int, mtu: int) -> int:
+    """At least 0.5 ms of data (HTB/TBF accuracy) and two full frames."""
+    return max(int(rate_bps * 0.0005 / 8), 2 * (mtu + 64))
+
+
+def classid(tc: int) -> int:
+    return 0x10000 | (0x10 + tc)
+
+
+def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
+               egress_fd: int, ingress_fd: int) -> None:
+    idx = socket.if_nametoindex(ifname)
+    rate, burst = f"{cp.rate_bps}bit", burst_bytes(cp.rate_bps, mtu)
+    ipr.tc("add", "htb", idx, 0x10000, default=0x10)
+    ipr.tc("add-class", "htb", idx, 0x10001, parent=0x10000, rate=rate, ceil=rate,
+           burst=burst, cburst=burst, mtu=mtu + 64)
+    floor = f"{max(8000, cp.rate_bps // 1000)}bit"  # tiny assured rate: prio decides
+    for tc, prio in TC_PRIO.items():
+        ipr.tc("add-class", "htb", idx, classid(tc), parent=0x10001, rate=floor, ceil=rate,
+               burst=burst, cburst=burst, prio=prio, mtu=mtu + 64)
+    ipr.tc("add", "bfifo", idx, (0x10 + DEFAULT_TC) << 16, parent=classid(DEFAULT_TC),
+           limit=cp.buffer_bytes)
+    ipr.tc("add", "bfifo", idx, (0x10 + CNP_TC) << 16, parent=classid(CNP_TC),
+           limit=cp.buffer_bytes)
+    set_pause(ipr, idx, cp, mtu, paused=False, create=True)
+    ipr.tc("add", "clsact", idx)
+    for parent, fd, name in ((EGRESS, egress_fd, "fabric_egress"),
+                             (INGRESS, ingress_fd, "fabric_ingress")):
+        ipr.tc("add-filter", "bpf", idx, ":1", fd=fd, name=name, parent=parent,
+               classid=1, direct_action=True)
+
+
+def set_pause(ipr: IPRoute, idx: int, cp: CongestionPlan, mtu: int, paused: bool,
+              create: bool = False) -> None:
+    """Stop or restart the lossless class of one port (its TBF leaf)."""
+    rate = PAUSED_BPS if paused else cp.rate_bps
+    ipr.tc("add" if create else "change", "tbf", idx, (0x10 + ROCE_TC) << 16,
+           parent=classid(ROCE_TC), rate=f"{rate}bit", burst=burst_bytes(cp.rate_bps, mtu),
+           limit=LOSSLESS_LIMIT)
+
+
+def remove_port(ipr: IPRoute, ifname: str) -> None:
+    idx = socket.if_nametoindex(ifname)
+    for kind in ("htb", "clsact"):
+        try:
+            ipr.tc("del", kind, idx)
+        except NetlinkError as e:
+            if e.code not in (2, 22):  # ENOENT, EINVAL: nothing there
+                raise
+
+
+def pfc_frame(src_mac: str, tc: int, quanta: int) -> bytes:
+    """An 802.1Qbb priority flow control frame: pause (quanta > 0) or resume (0) one class."""
+    dst = bytes.fromhex("0180c2000001")
+    times = [0] * 8
+    times[tc] = quanta
+    body = struct.pack("!HH8H", 0x0101, 1 << tc, *times)
+    frame = dst + bytes.fromhex(src_mac.replace(":", "")) + struct.pack("!H", 0x8808) + body
+    return frame.ljust(60, b"\0")
+
+
+def kick_frame(src_mac: str, dst_mac: str, dscp: int) -> bytes:
+    """A minimal IPv4/UDP frame in the RoCE DSCP that restarts a paused TBF.
+
+    Addressed to 127.0.0.1, which the receiving router drops as a martian."""
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, dscp << 2, 28, 0, 0x4000, 1, 17, 0,
+                     socket.inet_aton("192.0.2.1"), socket.inet_aton("127.0.0.1"))
+    udp = struct.pack("!HHHH", 9, 9, 8, 0)
+    return (bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex(src_mac.replace(":", ""))
+            + b"\x08\x00" + ip + udp).ljust(60, b"\0")
