@@ -1,0 +1,77 @@
+"""DCQCN reaction/notification point math against hand-computed sequences."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.roce.dcqcn import PROFILES, NotificationPoint, Profile, ReactionPoint
+
+# A profile with round numbers so every step can be computed by hand.
+P = Profile("test", g=0.5, alpha_period=1.0, alpha_init=1.0, reduce_period=0.0,
+            increase_timer=10.0, byte_counter=1000, rate_ai=10.0, rate_hai=100.0, f=2,
+            min_rate=1.0, cnp_interval=0.5)
+
+
+def test_cnp_cuts_rate_by_half_alpha_and_raises_alpha():
+    rp = ReactionPoint(P, line_rate=1000.0)
+    rp.on_cnp(0.1)
+    assert rp.rt == 1000.0 and rp.rc == 500.0  # alpha 1 -> Rc (1 - 1/2)
+    assert rp.alpha == 1.0  # (1 - 0.5) * 1 + 0.5
+    rp.on_cnp(0.2)
+    assert rp.rt == 500.0 and rp.rc == 250.0
+
+
+def test_alpha_decays_without_cnps():
+    rp = ReactionPoint(P, line_rate=1000.0)
+    rp.tick(3.0)  # three alpha periods, no CNP: 1 -> .5 -> .25 -> .125
+    assert rp.alpha == pytest.approx(0.125)
+    rp.on_cnp(3.5)  # alpha .125: Rc = 1000 * (1 - .0625)
+    assert rp.rc == pytest.approx(937.5)
+
+
+def test_fast_recovery_then_additive_then_hyper_increase():
+    rp = ReactionPoint(P, line_rate=1000.0)
+    rp.on_cnp(0.0)  # Rt 1000, Rc 500, alpha stays 1 (no decay before the tick below)
+    rp.alpha = 1.0
+    rp.rt, rp.rc = 400.0, 200.0  # pretend earlier cuts
+    rp.tick(10.0)  # timer stage 1 (< F=2): fast recovery
+    assert (rp.rt, rp.rc) == (400.0, 300.0)
+    rp.on_sent(1000)  # byte stage 1; max(1, 1) = 1 < 2: fast recovery again
+    assert rp.rc == 350.0
+    rp.tick(20.0)  # t=2, b=1: additive, Rt += 10
+    assert rp.rt == 410.0 and rp.rc == 380.0
+    rp.on_sent(2000)  # b=2: t=2,b=2 additive (Rt 420, Rc 400); b=3: min 2 = F: additive
+    assert rp.rt == 430.0 and rp.rc == pytest.approx(415.0)
+    # t=30: stages (3, 3), min 3 > F: hyper, Rt 530, Rc (530 + 415) / 2 = 472.5
+    # t=40: stages (4, 3), min 3 > F: hyper, Rt 630, Rc (630 + 472.5) / 2 = 551.25
+    rp.tick(40.0)
+    assert rp.rt == 630.0 and rp.rc == pytest.approx(551.25)
+
+
+def test_rates_are_capped_and_floored():
+    rp = ReactionPoint(P, line_rate=100.0)
+    for i in range(50):
+        rp.on_cnp(i * 0.01)
+    assert rp.rc == 1.0  # min rate
+    rp.tick(1000.0)
+    assert rp.rc <= 100.0 and rp.rt <= 100.0
+
+
+def test_reduce_period_limits_cuts():
+    p = PROFILES["nvidia"]
+    rp = ReactionPoint(p, line_rate=100e9)
+    rp.on_cnp(0.0)
+    rp.on_cnp(1e-6)  # within 4 us: counted, not applied
+    assert rp.reductions == 1 and rp.cnps == 2
+
+
+def test_dilation_stretches_timers_and_shrinks_rates():
+    d = PROFILES["paper"].dilated(1000)
+    assert d.increase_timer == pytest.approx(55e-3) and d.rate_ai == pytest.approx(40e3)
+    assert d.byte_counter == PROFILES["paper"].byte_counter
+
+
+def test_notification_point_one_cnp_per_interval():
+    np_ = NotificationPoint(interval=0.5)
+    sent = [np_.on_ce(t) for t in (0.0, 0.1, 0.49, 0.5, 0.6, 1.2)]
+    assert sent == [True, False, False, True, False, True]
