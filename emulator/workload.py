@@ -83,7 +83,7 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
     def one(i: int) -> dict[str, Any]:
         src, dst = pairs[i % len(pairs)]
 
-        def tick(b: int, _t: int) -> None:
+        def tick(b: int, _t: int, _sent: int = 0) -> None:
             with lock:
                 done[i] = b
                 if progress:

@@ -34,10 +34,10 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
 
 
 @contextmanager
-def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
+def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Callable[..., None]]:
     """A bytes progress bar on stderr (silent with --json or without a terminal)."""
     if quiet or not err_console.is_terminal:
-        yield lambda done, _total: None
+        yield lambda done, _total, *_: None
         return
     from rich.progress import (BarColumn, DownloadColumn, Progress, TimeElapsedColumn,
                                TransferSpeedColumn)
@@ -45,4 +45,4 @@ def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Calla
     with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TimeElapsedColumn(), console=err_console) as bar:
         task = bar.add_task(title, total=total)
-        yield lambda done, _total: bar.update(task, completed=done)
+        yield lambda done, _total, *_: bar.update(task, completed=done)

@@ -66,3 +66,21 @@ class StatsReader:
     def close(self) -> None:
         self._mm.close()
         os.close(self._fd)
+
+
+def _cfg_fd(plan: Plan) -> int:
+    meta = json.loads((lab_run_dir(plan.lab) / "bpf.json").read_text())
+    return libbpf.map_fd_by_id(meta["maps"]["cfg"])
+
+
+def set_ecn(plan: Plan, node: Node, enabled: bool) -> None:
+    """Turn RED marking on or off on every port of a switch, live."""
+    fd = _cfg_fd(plan)
+    try:
+        for port in node.interfaces:
+            peer = plan.node(port.peer).interface(port.peer_ifname)
+            raw = bytearray(pack_cfg(plan, node, peer.port_id))
+            struct.pack_into("=I", raw, 8, int(enabled and node.is_router))  # ecn_on
+            libbpf.update(fd, port.port_id, bytes(raw))
+    finally:
+        os.close(fd)

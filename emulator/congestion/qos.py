@@ -103,3 +103,20 @@ def kick_frame(src_mac: str, dst_mac: str, dscp: int) -> bytes:
     udp = struct.pack("!HHHH", 9, 9, 8, 0)
     return (bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex(src_mac.replace(":", ""))
             + b"\x08\x00" + ip + udp).ljust(60, b"\0")
+
+
+def queue_drops(plan, tc: int) -> dict[str, int]:
+    """Drops of one class's leaf qdisc on every port: {"node:port": drops}."""
+    from .. import netns
+
+    handle = (0x10 + tc) << 16
+    out = {}
+    for node in plan.nodes:
+        with netns.entered(node.netns), IPRoute() as ipr:
+            for q in ipr.get_qdiscs():
+                if q["handle"] == handle:
+                    stats = q.get_attr("TCA_STATS2") or {}
+                    basic = stats.get_attr("TCA_STATS_QUEUE") if stats else None
+                    name = socket.if_indextoname(q["index"])
+                    out[f"{node.name}:{name}"] = (basic or {}).get("drops", 0)
+    return out

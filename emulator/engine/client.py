@@ -19,11 +19,12 @@ from ..errors import EngineError
 from ..frr import base_env
 from ..paths import node_run_dir
 from ..plan import Node, Plan
+from .config import for_host
 from .job import Job, Op
 from .wire import Channel
 
 START_TIMEOUT_S = 15.0
-Progress = Callable[[int, int], None]
+Progress = Callable[[int, int, int], None]  # (bytes completed, total, bytes sent)
 
 
 def sock_path(plan: Plan, host: Node) -> Path:
@@ -61,7 +62,8 @@ def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
         with netns.entered(host.netns):
             subprocess.Popen(
                 [sys.executable, "-m", "emulator.engine.daemon", "--lab", plan.lab,
-                 "--host", host.name, "--ip", host.address or "", "--sock", str(path)],
+                 "--host", host.name, "--ip", host.address or "", "--sock", str(path),
+                 "--config", for_host(plan, host).to_json()],
                 env=base_env(plan.lab),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
@@ -89,7 +91,7 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
             msg = ch.recv()
             event = msg.pop("event", None)
             if event == "progress" and progress:
-                progress(msg["bytes"], msg["total"])
+                progress(msg["bytes"], msg["total"], msg.get("sent", msg["bytes"]))
             elif event == "result":
                 break
             elif event == "error":
@@ -99,7 +101,20 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
     return msg | {"src": src.name, "dst": dst.name}
 
 
-def stats(plan: Plan, host: Node) -> dict[str, Any]:
+def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:
     with _connect(sock_path(plan, host)) as ch:
-        ch.send({"cmd": "stats"})
-        return ch.recv()
+        ch.send(msg)
+        reply = ch.recv()
+    if reply.get("event") == "error":
+        raise EngineError(f"{host.name}: {reply['error']}")
+    return reply
+
+
+def stats(plan: Plan, host: Node) -> dict[str, Any]:
+    return _request(plan, host, {"cmd": "stats"})
+
+
+def set_dcqcn(plan: Plan, host: Node, profile: str) -> dict[str, Any]:
+    """Switch a host's DCQCN profile (nvidia, paper, off) for its current and future QPs."""
+    ensure_engines(plan, [host])
+    return _request(plan, host, {"cmd": "dcqcn", "profile": profile})

@@ -23,9 +23,12 @@ from typing import Any
 
 from ..errors import EngineError, RocelabError
 from ..roce.headers import udp_source_port
+from ..roce.dcqcn import ReactionPoint
 from ..roce.rc import QueuePair
 from ..roce.verbs import QpConfig
+from .config import EngineConfig
 from .dataplane import DataPlane, Watch
+from .paced import PacedQueuePair
 from .job import CONTROL_PORT, Job, Op, digest, source_bytes
 from .wire import Channel
 
@@ -37,9 +40,11 @@ SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc
 
 
 class Engine:
-    def __init__(self, lab: str, host: str, ip: str, sock_path: Path):
+    def __init__(self, lab: str, host: str, ip: str, sock_path: Path, config: EngineConfig):
         self.lab, self.host, self.ip, self.sock_path = lab, host, ip, sock_path
-        self.dp = DataPlane(ip, dscp=26, key_seed=sum(socket.inet_aton(ip)) & 0xFF)
+        self.config = config
+        self.profile = config.profile()
+        self.dp = DataPlane(ip, dscp=config.dscp, key_seed=sum(socket.inet_aton(ip)) & 0xFF)
         self._qpn = random.Random(ip).randrange(0x100, 0x1000)
         self._lock = threading.Lock()
         self.transfers_done = 0
@@ -50,8 +55,31 @@ class Engine:
         return [{"qpn": base + i, "psn": random.randrange(1 << 24)} for i in range(n)]
 
     def qp_config(self, job: Job, local: dict[str, int], remote: dict[str, int]) -> QpConfig:
+        c = self.config
         return QpConfig(qpn=local["qpn"], remote_qpn=remote["qpn"], send_psn=local["psn"],
-                        recv_psn=remote["psn"], mtu=job.mtu)
+                        recv_psn=remote["psn"], mtu=job.mtu, rto=c.rto, rto_max=c.rto_max,
+                        window=c.window,
+                        cnp_interval=self.cnp_interval)
+
+    @property
+    def cnp_interval(self) -> float:
+        base = self.config.profile(self.config.dcqcn or "nvidia")
+        return base.cnp_interval if base else 50e-6
+
+    def new_qp(self, job: Job, local: dict[str, int], remote: dict[str, int]) -> PacedQueuePair:
+        rp = ReactionPoint(self.profile, self.config.line_rate_bps, time.monotonic()) \
+            if self.profile else None
+        return PacedQueuePair(self.qp_config(job, local, remote), self.dp.memory, rp)
+
+    def set_profile(self, name: str) -> dict[str, Any]:
+        """(data thread) Switch DCQCN for this host's current and future QPs."""
+        self.profile = self.config.profile(name)
+        now = time.monotonic()
+        for qp in self.dp.qps.values():
+            if isinstance(qp, PacedQueuePair):
+                qp.set_reaction_point(ReactionPoint(self.profile, self.config.line_rate_bps, now)
+                                      if self.profile else None)
+        return {"profile": name, "qps": len(self.dp.qps)}
 
     # -- serving -------------------------------------------------------------
 
@@ -91,6 +119,8 @@ class Engine:
             ch.send({"event": "pong", "host": self.host, "pid": os.getpid()})
         elif cmd == "stats":
             ch.send({"event": "stats", **self.dp.call(self.stats)})
+        elif cmd == "dcqcn":
+            ch.send({"event": "dcqcn", **self.dp.call(lambda: self.set_profile(msg["profile"]))})
         elif cmd == "transfer":
             ch.send({"event": "result", **self.initiate(Job.from_json(msg["job"]),
                                                         msg["peer_ip"], ch)})
@@ -99,7 +129,8 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         """(data thread) Counters of every live QP and of the transport."""
-        return {"qps": {q: qp.counters.as_dict() for q, qp in self.dp.qps.items()},
+        return {"qps": {q: qp.counters.as_dict() | {"dcqcn": getattr(qp, "dcqcn_state", None)}
+                        for q, qp in self.dp.qps.items()},
                 "transport": self.dp.transport.counters.as_dict(),
                 "transfers_done": self.transfers_done}
 
@@ -120,12 +151,11 @@ class Engine:
                 reply = peer.recv()
                 if reply.get("event") == "error":
                     raise EngineError(f"peer {peer_ip}: {reply['error']}")
-                qps = [QueuePair(self.qp_config(job, l, r), self.dp.memory)
-                       for l, r in zip(local, reply["qps"])]
+                qps = [self.new_qp(job, l, r) for l, r in zip(local, reply["qps"])]
                 watch = Watch(len(segments), {i: s.length for i, s in enumerate(segments)})
                 t0 = time.monotonic()
                 self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ip, watch))
-                self._wait(job, watch, cli, t0)
+                self._wait(job, qps, watch, cli, t0)
                 t1 = time.monotonic()
                 counters = self.dp.call(lambda: self.dp.remove(qpns))
                 peer.send({"cmd": "finish"})
@@ -149,10 +179,15 @@ class Engine:
             else:
                 qp.post_read(i, view[s.dst_offset:s.dst_offset + s.length], va + s.src_offset, rkey)
 
-    def _wait(self, job: Job, watch: Watch, cli: Channel, t0: float) -> None:
+    def _wait(self, job: Job, qps: list[QueuePair], watch: Watch, cli: Channel, t0: float) -> None:
         deadline = t0 + job.timeout_s
-        while not watch.done.wait(PROGRESS_EVERY_S):
-            cli.send({"event": "progress", "bytes": watch.bytes_done, "total": job.payload_bytes})
+        every = float(job.extra.get("progress_s", PROGRESS_EVERY_S))
+        while not watch.done.wait(every):
+            # Payload bytes put on the wire (retransmissions included): read without
+            # the data thread's help, since ints only grow and a stale one is harmless.
+            sent = sum(q.counters.bytes_sent for q in qps)
+            cli.send({"event": "progress", "bytes": watch.bytes_done, "sent": sent,
+                      "total": job.payload_bytes})
             if time.monotonic() > deadline:
                 watch.fail(f"not finished within {job.timeout_s:.0f} s")
         if watch.error:
@@ -186,7 +221,7 @@ class Engine:
         buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
         mr = self.dp.call(lambda: self.dp.memory.register(buf))
         local = self.new_qpns(job.qps)
-        qps = [QueuePair(self.qp_config(job, l, r), self.dp.memory) for l, r in zip(local, msg["qps"])]
+        qps = [self.new_qp(job, l, r) for l, r in zip(local, msg["qps"])]
         self.dp.call(lambda: [self.dp.add(qp, msg["ip"]) for qp in qps])
         try:
             ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey})
@@ -214,10 +249,11 @@ def main() -> None:
     ap.add_argument("--host", required=True)
     ap.add_argument("--ip", required=True)
     ap.add_argument("--sock", required=True, type=Path)
+    ap.add_argument("--config", default="{}", help="EngineConfig as JSON")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-    Engine(args.lab, args.host, args.ip, args.sock).serve()
+    Engine(args.lab, args.host, args.ip, args.sock, EngineConfig.from_json(args.config)).serve()
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ class DataPlane(threading.Thread):
         self.watches: dict[int, Watch] = {}  # qpn -> watch of the transfer it serves
         self.gaps: dict[int, Gap] = {}
         self._cmds: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def call(self, fn: Callable[[], T], timeout: float = 30.0) -> T:
         """Run fn on the data thread and return its result (or raise its exception)."""
@@ -105,10 +105,10 @@ class DataPlane(threading.Thread):
         return out
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self._run_commands()
             self.endpoint.step(max_wait=IDLE_WAIT_S)  # blocks only when nothing moved
             self._dispatch()

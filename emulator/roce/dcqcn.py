@@ -4,7 +4,8 @@ One `ReactionPoint` per sending QP. Time is passed in (seconds), so the math
 is unit-tested against hand-computed sequences and time dilation is just a
 matter of stretching the profile's timers and shrinking its rates by D.
 
-  CNP          Rt = Rc; Rc = Rc (1 - alpha/2); alpha = (1 - g) alpha + g
+  CNP          Rt = Rc (unless the profile keeps Rt); Rc = Rc (1 - alpha/2);
+               alpha = (1 - g) alpha + g
                (at most once per rate-reduce period); increase stages reset
   alpha timer  every K without a CNP: alpha = (1 - g) alpha
   increase     every Ti (timer) or B bytes sent (byte counter), one stage:
@@ -36,6 +37,7 @@ class Profile:
     f: int  # stages of fast recovery
     min_rate: float
     cnp_interval: float  # notification point: at most one CNP per QP per interval
+    clamp_target: bool = True  # on CNP, Rt = Rc (the paper); NVIDIA's default keeps Rt
 
     def dilated(self, d: float) -> Profile:
         """Timers x D, rates / D (bytes stay bytes): the same dynamics on a slower link."""
@@ -46,10 +48,14 @@ class Profile:
 
 
 PROFILES = {
-    # NVIDIA ConnectX defaults (mlx5 DCQCN parameters): g = 1 - 1019/1024.
+    # NVIDIA ConnectX defaults (mlx5 DCQCN parameters): g = 1 - 1019/1024,
+    # rpg_byte_reset 32767 (in 64-byte units: ~2 MB between byte-counter
+    # stages), clamp_tgt_rate 0 (the target rate survives a CNP, so fast
+    # recovery climbs back toward the pre-congestion rate).
     "nvidia": Profile("nvidia", g=5 / 1024, alpha_period=1e-6, alpha_init=1023 / 1024,
                       reduce_period=4e-6, increase_timer=300e-6, byte_counter=32767 * 64,
-                      rate_ai=5e6, rate_hai=50e6, f=1, min_rate=1e6, cnp_interval=4e-6),
+                      rate_ai=5e6, rate_hai=50e6, f=1, min_rate=1e6, cnp_interval=4e-6,
+                      clamp_target=False),
     # The DCQCN paper's simulation values.
     "paper": Profile("paper", g=1 / 256, alpha_period=55e-6, alpha_init=1.0,
                      reduce_period=50e-6, increase_timer=55e-6, byte_counter=10 * 1024 * 1024,
@@ -83,7 +89,8 @@ class ReactionPoint:
             return
         self._last_reduce = now
         self.reductions += 1
-        self.rt = self.rc
+        if self.p.clamp_target:
+            self.rt = self.rc
         self.rc = max(self.p.min_rate, self.rc * (1 - self.alpha / 2))
         self.alpha = (1 - self.p.g) * self.alpha + self.p.g
         self.t_stage = self.b_stage = 0

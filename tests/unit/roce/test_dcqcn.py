@@ -57,6 +57,15 @@ def test_rates_are_capped_and_floored():
     assert rp.rc <= 100.0 and rp.rt <= 100.0
 
 
+def test_nvidia_keeps_the_target_rate_on_cnp():
+    p = PROFILES["nvidia"]
+    rp = ReactionPoint(p, line_rate=100e9)
+    rp.on_cnp(0.0)
+    assert rp.rt == 100e9 and rp.rc < 100e9
+    rp.tick(p.increase_timer)  # one fast-recovery stage: halfway back to the target
+    assert rp.rc == pytest.approx((100e9 + 100e9 * (1 - p.alpha_init / 2)) / 2, rel=1e-3)
+
+
 def test_reduce_period_limits_cuts():
     p = PROFILES["nvidia"]
     rp = ReactionPoint(p, line_rate=100e9)

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import lab
+from ..experiment import runner
+from .progress import progress
+
+
+@click.command("run")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Directory for results.json (and the report).")
+@click.option("--keep", is_flag=True, help="Leave the lab up if this run brought it up.")
+def command(experiment: str, out: str, keep: bool) -> None:
+    """Run an experiment: topology + flows + timed actions -> results.
+
+    Example: rocelab run experiments/incast.yaml --out out/incast
+    """
+    lab.require_root()
+    with progress(f"run {experiment}") as update:
+        res = runner.run(experiment, Path(out), keep=keep, progress=update)
+    console = Console()
+    d = res["dilation"]
+    table = Table(title=f"{res['experiment']} (links {res['link_rate_bps'] / 1e6:g} Mbit/s, D={d:g})")
+    for col in ("flow", "src->dst", "FCT s", "real-equiv", "Mbit/s", "CNPs", "retx", "integrity"):
+        table.add_column(col)
+    for f in res["flows"]:
+        fct = f"{f['fct_s']:.2f}" if f["fct_s"] else "-"
+        real = f"{f['fct_real_s'] * 1e3:.3f} ms" if f["fct_real_s"] else "-"
+        rate = f"{f['goodput_bps'] / 1e6:.1f}" if f["goodput_bps"] else "-"
+        table.add_row(f["name"], f"{f['src']}->{f['dst']}", fct, real, rate, str(f["cnps_rx"]),
+                      str(f["retransmitted_packets"]),
+                      "ok" if f["integrity_ok"] else f"[red]{f['error'] or 'FAILED'}[/]")
+    console.print(table)
+    s, p = res["steady"], res["pfc"]
+    console.print(f"steady state {s['from_s']:.1f}-{s['to_s']:.1f} s: Jain {s['jain']:.3f}; "
+                  f"PFC pauses {p['pauses']} (reaction p50 {p['reaction_us_p50']} us, "
+                  f"p99 {p['reaction_us_p99']} us); lossless drops {res['lossless_drops']}",
+                  soft_wrap=True)
+    console.print(f"results: {Path(out) / 'results.json'}")

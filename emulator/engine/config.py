@@ -1,0 +1,48 @@
+"""How a lab's engines behave: DSCP, timers and DCQCN, derived from the plan."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from ..plan import Node, Plan
+from ..roce.dcqcn import PROFILES, Profile
+from .job import ROCE_DSCP
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    dscp: int = ROCE_DSCP
+    rto: float = 0.1  # first retransmission timeout, wall seconds
+    rto_max: float = 2.0
+    window: int = 128  # request packets outstanding per QP
+    line_rate_bps: float = 0.0  # 0: unshaped lab, no DCQCN
+    dilation: float = 1.0
+    dcqcn: str | None = None  # profile name, or None for off
+
+    def profile(self, name: str | None = "") -> Profile | None:
+        """The (dilated) DCQCN profile `name` (default: this host's), None if off."""
+        name = self.dcqcn if name == "" else name
+        if not name or name == "off" or not self.line_rate_bps:
+            return None
+        return PROFILES[name].dilated(self.dilation)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> EngineConfig:
+        return cls(**json.loads(text))
+
+
+def for_host(plan: Plan, host: Node) -> EngineConfig:
+    cp = plan.congestion
+    if cp is None:
+        return EngineConfig()
+    # Queues of a few MB at ~100 Mbit/s and pauses hold packets for seconds of
+    # wall time: a 100 ms RTO would retransmit what is merely waiting.
+    profile = None if (cp.dcqcn_profile == "off" or host.name in cp.dcqcn_off) else cp.dcqcn_profile
+    # A RoCE NIC does not stop at a small window: its lossless class relies on
+    # ECN and PFC, so let each QP keep megabytes in flight (2048 x MTU).
+    return EngineConfig(dscp=cp.roce_dscp, rto=1.0, rto_max=8.0, window=2048,
+                        line_rate_bps=cp.rate_bps, dilation=cp.dilation, dcqcn=profile)

@@ -1,0 +1,1 @@
+"""Experiments: a topology, a workload, actions at times, a duration -> results JSON."""

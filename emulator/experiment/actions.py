@@ -1,0 +1,54 @@
+"""Actions on an experiment's timeline: ECN off on a switch, a host that stops
+draining, a DCQCN profile change, a fault. Each is recorded with its time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from ..congestion.maps import set_ecn
+from ..congestion.pause import set_drain
+from ..engine import client
+from ..errors import RocelabError
+from ..plan import Plan
+from .spec import Action, parse_duration
+
+
+def apply(plan: Plan, action: Action) -> dict[str, Any]:
+    """Carry out one action now; return what was done."""
+    kind, args = action.kind, getattr(action, action.kind)
+    if kind == "ecn":
+        set_ecn(plan, plan.node(args["node"]), bool(args.get("enabled", False)))
+    elif kind == "drain":
+        set_drain(plan, plan.node(args["host"]), bool(args.get("enabled", True)))
+    elif kind == "dcqcn":
+        client.set_dcqcn(plan, plan.node(args["host"]), str(args.get("profile", "off")))
+    elif kind == "fault":
+        from .. import faults  # faults.apply is the same entry point `rocelab fail` uses
+        return {"kind": kind, **faults.apply(plan, dict(args))}
+    return {"kind": kind, **args}
+
+
+class Timeline(threading.Thread):
+    def __init__(self, plan: Plan, actions: list[Action], t0: float):
+        super().__init__(name="timeline", daemon=True)
+        self.plan, self.t0 = plan, t0
+        self.actions = sorted(actions, key=lambda a: parse_duration(a.at))
+        self.events: list[dict[str, Any]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        for action in self.actions:
+            wait = self.t0 + parse_duration(action.at) - time.monotonic()
+            if self._halt.wait(max(0.0, wait)):
+                return
+            try:
+                done = apply(self.plan, action)
+            except (RocelabError, OSError, KeyError) as e:
+                done = {"kind": action.kind, "error": str(e)}
+            self.events.append({"t_s": round(time.monotonic() - self.t0, 4), **done})
+
+    def finish(self) -> None:
+        self._halt.set()
+        self.join()

@@ -1,0 +1,56 @@
+"""Pure numbers over experiment time series: rates, fairness, utilisation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 = perfectly fair, 1/n = one flow takes all."""
+    vals = [v for v in values]
+    if not vals or sum(vals) == 0:
+        return 0.0
+    return sum(vals) ** 2 / (len(vals) * sum(v * v for v in vals))
+
+
+def rates(series: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """[(t, cumulative bytes)] -> [(t, bit/s)] between consecutive samples."""
+    out = []
+    for (t0, b0), (t1, b1) in zip(series, series[1:]):
+        if t1 > t0:
+            out.append((t1, (b1 - b0) * 8 / (t1 - t0)))
+    return out
+
+
+def bytes_between(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
+    """Bytes a cumulative series grew by within [t0, t1] (linear between samples)."""
+    return _at(series, t1) - _at(series, t0)
+
+
+def _at(series: Sequence[tuple[float, float]], t: float) -> float:
+    if not series:
+        return 0.0
+    if t <= series[0][0]:
+        return series[0][1]
+    for (ta, ba), (tb, bb) in zip(series, series[1:]):
+        if ta <= t <= tb:
+            return ba + (bb - ba) * (t - ta) / (tb - ta) if tb > ta else bb
+    return series[-1][1]
+
+
+def mean_rate(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
+    return bytes_between(series, t0, t1) * 8 / (t1 - t0) if t1 > t0 else 0.0
+
+
+def convergence_time(flow_series: dict[str, Sequence[tuple[float, float]]], start: float,
+                     end: float, window: float, threshold: float = 0.9) -> float | None:
+    """First time after `start` from which Jain over `window`-long windows stays >= threshold."""
+    t, first_ok = start, None
+    while t + window <= end:
+        j = jain([mean_rate(s, t, t + window) for s in flow_series.values()])
+        if j >= threshold:
+            first_ok = t if first_ok is None else first_ok
+        else:
+            first_ok = None
+        t += window / 2
+    return None if first_ok is None else first_ok - start

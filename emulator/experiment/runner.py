@@ -1,0 +1,154 @@
+"""`rocelab run EXPERIMENT.yaml --out DIR`: bring the lab up if needed, start flows
+and actions on a timeline, sample counters, write results.json."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import lab, state, workload
+from ..congestion.model import ROCE_TC
+from ..engine import client
+from ..engine.job import Job, Op
+from ..errors import RocelabError
+from ..plan import Plan
+from ..units import parse_size
+from . import actions, analysis
+from .sampler import Sampler, pfc_snapshot
+from .spec import Experiment, Flow, load, parse_duration
+
+Progress = Callable[[str], None]
+
+
+def _job(flow: Flow, timeout: float) -> Job:
+    kv = flow.kv.model_dump() if flow.kv else None
+    return Job(Op(flow.op), size=parse_size(flow.size) if flow.size else 0, kv=kv, qps=flow.qps,
+               timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1})
+
+
+class FlowRun(threading.Thread):
+    def __init__(self, plan: Plan, flow: Flow, t0: float, deadline: float):
+        super().__init__(name=f"flow-{flow.name}", daemon=True)
+        self.plan, self.flow, self.t0 = plan, flow, t0
+        self.start_at = t0 + parse_duration(flow.at)
+        self.job = _job(flow, deadline - self.start_at)
+        self.series: list[tuple[float, float]] = []
+        self.result: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.started = self.ended = 0.0
+
+    def run(self) -> None:
+        time.sleep(max(0.0, self.start_at - time.monotonic()))  # the timeline, not a sync
+        self.started = time.monotonic()
+        self.series.append((round(self.started - self.t0, 4), 0))
+        src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
+        try:
+            self.result = client.transfer(self.plan, src, dst, self.job, self._tick)
+        except RocelabError as e:
+            self.error = str(e)
+        self.ended = time.monotonic()
+
+    def _tick(self, done: int, _total: int, sent: int | None = None) -> None:
+        self.series.append((round(time.monotonic() - self.t0, 4), sent if sent is not None else done))
+
+
+def run(path: str | Path, out: Path, keep: bool = False, progress: Progress = lambda m: None
+        ) -> dict[str, Any]:
+    exp, topology = load(path)
+    name = exp.lab or lab.load_topology(topology)[1].lab
+    brought_up = name not in state.known_labs()
+    if brought_up:
+        progress(f"bringing up lab {name} from {topology}")
+        lab.up(topology, name=name, progress=progress)
+    try:
+        plan = lab.lab_plan(name)
+        if plan.congestion is None:
+            raise RocelabError(f"experiment {exp.name}: topology has no `congestion: enabled: true`")
+        results = _execute(exp, plan, progress)
+    finally:
+        if brought_up and not keep:
+            lab.down(name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
+    hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}, key=lambda n: n.name)
+    for f in exp.flows:
+        workload.host(plan, f.src, option=f"flows.{f.name}.src")
+        workload.host(plan, f.dst, option=f"flows.{f.name}.dst")
+    client.ensure_engines(plan, hosts)
+    t0 = time.monotonic() + 0.2
+    deadline = t0 + parse_duration(exp.duration)
+    sampler = Sampler(plan, parse_duration(exp.sample_every), t0)
+    pfc0 = pfc_snapshot(plan)
+    flows = [FlowRun(plan, f, t0, deadline) for f in exp.flows]
+    timeline = actions.Timeline(plan, exp.actions, t0)
+    sampler.start()
+    timeline.start()
+    for f in flows:
+        f.start()
+    progress(f"running {len(flows)} flows, {len(exp.actions)} actions (at most {exp.duration})")
+    for f in flows:
+        f.join(max(0.0, deadline + 30 - time.monotonic()))
+    timeline.finish()
+    ports = sampler.stop()
+    return summarize(exp, plan, t0, flows, ports, timeline.events, pfc0, pfc_snapshot(plan))
+
+
+def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], ports: list[dict],
+              events: list[dict], pfc0: dict, pfc1: dict) -> dict[str, Any]:
+    cp = plan.congestion
+    assert cp is not None
+    flow_out = [_flow_summary(f, t0, cp.dilation) for f in flows]
+    starts = [f["start_s"] for f in flow_out]
+    ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
+    steady0 = min(starts) + parse_duration(exp.steady_after)
+    steady1 = min(ends) if ends else steady0
+    series = {f.flow.name: f.series for f in flows}
+    steady_rates = {n: analysis.mean_rate(s, steady0, steady1) for n, s in series.items()}
+    reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
+    return {
+        "experiment": exp.name, "lab": plan.lab, "dilation": cp.dilation,
+        "link_rate_bps": cp.rate_bps, "declared_speed_bps": cp.speed_bps,
+        "flows": flow_out, "ports": ports, "events": events,
+        "steady": {"from_s": steady0, "to_s": steady1,
+                   "rates_bps": steady_rates, "jain": analysis.jain(list(steady_rates.values()))},
+        "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
+                "reaction_us_p50": analysis_pct(reactions, 50),
+                "reaction_us_p99": analysis_pct(reactions, 99),
+                "paused_s": pfc1.get("paused_s", {})},
+        "lossless_drops": lossless_drops(plan),
+        "integrity_ok": all(f["integrity_ok"] for f in flow_out),
+    }
+
+
+def analysis_pct(values: list[float], q: float) -> float | None:
+    return round(workload.percentile(values, q), 1) if values else None
+
+
+def _flow_summary(f: FlowRun, t0: float, dilation: float) -> dict[str, Any]:
+    r = f.result or {}
+    fct = (f.ended - f.started) if f.result else None
+    return {
+        "name": f.flow.name, "src": f.flow.src, "dst": f.flow.dst, "op": f.flow.op,
+        "bytes": f.job.payload_bytes, "start_s": round(f.started - t0, 4),
+        "end_s": round(f.ended - t0, 4) if f.result else None,
+        "fct_s": fct, "fct_real_s": fct / dilation if fct else None,
+        "goodput_bps": f.job.payload_bytes * 8 / fct if fct else None,
+        "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
+        **{k: r.get(k, 0) for k in ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx",
+                                    "cnps_tx")},
+        "rate_series": analysis.rates(f.series),
+    }
+
+
+def lossless_drops(plan: Plan) -> int:
+    """Drops in every port's lossless (TBF) queue: must stay 0 with enough headroom."""
+    from ..congestion.qos import queue_drops
+    return sum(queue_drops(plan, ROCE_TC).values())

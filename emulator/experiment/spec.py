@@ -1,0 +1,115 @@
+"""The experiment file (experiments/*.yaml), validated at the boundary like topologies."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import SpecError
+from ..spec import _describe
+from ..units import parse_size
+
+DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
+
+
+def parse_duration(text: str | float | int) -> float:
+    if isinstance(text, (int, float)):
+        return float(text)
+    m = DURATION_RE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a duration like 500ms, 2s or 1m")
+    return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Duration = Annotated[str | float, Field(description="A duration: 500ms, 2s, 1m or seconds.")]
+
+
+class Kv(Strict):
+    model: str = "llama3-8b"
+    tokens: Annotated[int, Field(ge=1)] = 256
+    dtype: str = "fp16"
+    tokens_per_block: Annotated[int, Field(ge=1)] = 16
+
+
+class Flow(Strict):
+    name: str
+    src: str
+    dst: str
+    at: Duration = 0.0
+    op: Literal["write", "read"] = "write"
+    size: str | None = None
+    kv: Kv | None = None
+    qps: Annotated[int, Field(ge=1, le=64)] = 1
+
+    @model_validator(mode="after")
+    def _one_size(self) -> "Flow":
+        if (self.size is None) == (self.kv is None):
+            raise ValueError("give exactly one of size or kv")
+        if self.size is not None:
+            parse_size(self.size, "size")
+        return self
+
+
+class Action(Strict):
+    at: Duration
+    ecn: dict[str, Any] | None = Field(None, description="{node: leaf3, enabled: false}")
+    drain: dict[str, Any] | None = Field(None, description="{host: decode1, enabled: false}")
+    dcqcn: dict[str, Any] | None = Field(None, description="{host: prefill1, profile: paper|nvidia|off}")
+    fault: dict[str, Any] | None = Field(None, description="{fail: link, a: leaf1, b: spine2} (see faults)")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Action":
+        kinds = [k for k in ("ecn", "drain", "dcqcn", "fault") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of ecn, drain, dcqcn, fault")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("ecn", "drain", "dcqcn", "fault") if getattr(self, k) is not None)
+
+
+class Experiment(Strict):
+    name: str
+    description: str = ""
+    topology: str = Field(description="Topology file, relative to the experiment file.")
+    lab: str | None = Field(None, description="Lab name (default: the topology's name).")
+    duration: Duration = Field(60.0, description="Longest the run may take (wall time).")
+    sample_every: Duration = Field(0.1, description="Counter sampling interval.")
+    steady_after: Duration = Field(0.0, description="Steady state starts this long after the first flow.")
+    flows: list[Flow]
+    actions: list[Action] = Field(default_factory=list)
+
+    @field_validator("duration", "sample_every", "steady_after")
+    @classmethod
+    def _duration(cls, v: str | float) -> str | float:
+        parse_duration(v)
+        return v
+
+
+def load(path: str | Path) -> tuple[Experiment, Path]:
+    """The experiment and the resolved topology path."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise SpecError(str(p), "(file)", f"cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(str(p), "(file)", f"invalid YAML: {e}") from None
+    try:
+        exp = Experiment.model_validate(data)
+    except ValidationError as e:
+        field, problem = _describe(e.errors()[0], Experiment)
+        raise SpecError(str(p), field, problem) from None
+    topo = (p.parent / exp.topology).resolve()
+    if not topo.exists():
+        raise SpecError(str(p), "topology", f"no such file {topo}")
+    return exp, topo

@@ -1,0 +1,23 @@
+import pytest
+
+from emulator.experiment.analysis import bytes_between, convergence_time, jain, mean_rate, rates
+
+
+def test_jain():
+    assert jain([1, 1, 1, 1]) == 1.0
+    assert jain([1, 0, 0, 0]) == 0.25
+    assert jain([]) == 0.0
+
+
+def test_rates_and_interpolation():
+    s = [(0.0, 0.0), (1.0, 1000.0), (2.0, 3000.0)]
+    assert rates(s) == [(1.0, 8000.0), (2.0, 16000.0)]
+    assert bytes_between(s, 0.5, 1.5) == pytest.approx(1500.0)
+    assert mean_rate(s, 0.0, 2.0) == pytest.approx(12000.0)
+
+
+def test_convergence_time_finds_when_flows_even_out():
+    fast = [(t / 10, min(t, 20) * 100 + max(0, t - 20) * 50) for t in range(60)]
+    slow = [(t / 10, min(t, 20) * 10 + max(0, t - 20) * 50) for t in range(60)]
+    t = convergence_time({"a": fast, "b": slow}, start=0.0, end=5.9, window=0.5)
+    assert t is not None and 1.5 <= t <= 2.5
