@@ -53,7 +53,8 @@ class Controller:
         self.plan, self.cp = plan, plan.congestion
         self.run_dir = lab_run_dir(plan.lab)
         self.ports = {p.port_id: PortRef(n, p) for n in plan.nodes for p in n.interfaces}
-        self.ipr: dict[str, IPRoute] = {}
+        self.nl: dict[str, socket.socket] = {}
+        self.switches: dict[int, tuple[socket.socket, bytes, bytes]] = {}
         self.raw: dict[int, socket.socket] = {}
         self.paused_since: dict[tuple[int, int], float] = {}
         self.paused_s: dict[str, float] = {}
@@ -66,14 +67,14 @@ class Controller:
         self._fill_maps()
         eg, ing = self.obj.prog_fd("fabric_egress"), self.obj.prog_fd("fabric_ingress")
         for node in self.plan.nodes:
-            with netns.entered(node.netns):
-                ipr = IPRoute()
+            with netns.entered(node.netns), IPRoute() as ipr:
                 for port in node.interfaces:
                     qos.apply_port(ipr, port.name, self.cp, self.plan.mtu, eg, ing)
                     raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
                     raw.bind((port.name, 0))
                     self.raw[port.port_id] = raw
-            self.ipr[node.name] = ipr  # its socket lives in node's namespace
+            for port in node.interfaces:
+                self._switch(node, port)  # prebuild every pause switch now, not on the hot path
         ids = {name: libbpf.map_id(self.obj.map_fd(name)) for name in ("cfg", "stats", "dscp_tc")}
         (self.run_dir / "bpf.json").write_text(json.dumps({"maps": ids, "ports": len(self.ports)}))
 
@@ -95,9 +96,8 @@ class Controller:
             return 0
         upstream = self.plan.node(ref.port.peer)
         up_port = upstream.interface(ref.port.peer_ifname)
-        ipr = self.ipr[upstream.name]
-        idx = self._ifindex(upstream, up_port)
-        qos.set_pause(ipr, idx, self.cp, self.plan.mtu, paused=bool(xoff))
+        sock, pause, resume = self._switch(upstream, up_port)
+        sock.send(pause if xoff else resume)
         now = time.monotonic_ns()
         self.reactions_us.append((now - ts) / 1000)
         self.raw[port].send(qos.pfc_frame(ref.port.mac, tc, PAUSE_QUANTA if xoff else 0))
@@ -112,13 +112,18 @@ class Controller:
             self.paused_s[name] = self.paused_s.get(name, 0.0) + now / 1e9 - start
         return 0
 
-    def _ifindex(self, node: Node, port: Interface) -> int:
-        cache = self.__dict__.setdefault("_idx", {})
-        key = (node.name, port.name)
-        if key not in cache:
+    def _switch(self, node: Node, port: Interface) -> tuple[socket.socket, bytes, bytes]:
+        """The netlink socket in node's namespace and the port's prebuilt pause/resume."""
+        if port.port_id not in self.switches:
+            if node.name not in self.nl:
+                with netns.entered(node.netns):
+                    self.nl[node.name] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+                self.nl[node.name].setblocking(False)
             with netns.entered(node.netns):
-                cache[key] = socket.if_nametoindex(port.name)
-        return cache[key]
+                idx = socket.if_nametoindex(port.name)
+            self.switches[port.port_id] = (self.nl[node.name],
+                                           *qos.pause_messages(idx, self.cp, self.plan.mtu))
+        return self.switches[port.port_id]
 
     def report(self) -> None:
         now = time.monotonic_ns() / 1e9

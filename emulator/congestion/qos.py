@@ -120,3 +120,25 @@ def queue_drops(plan, tc: int) -> dict[str, int]:
                     name = socket.if_indextoname(q["index"])
                     out[f"{node.name}:{name}"] = (basic or {}).get("drops", 0)
     return out
+
+
+def pause_messages(index: int, cp: CongestionPlan, mtu: int) -> tuple[bytes, bytes]:
+    """Prebuilt RTM_NEWQDISC messages (pause, resume) for one port's lossless TBF.
+
+    The controller sends these bytes on a netlink socket opened in the port's
+    namespace: ~20 us per reaction instead of ~1 ms through IPRoute.tc."""
+    from pyroute2.netlink import NLM_F_REQUEST
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    out = []
+    for rate in (PAUSED_BPS, cp.rate_bps):
+        msg = tcmsg()
+        msg["header"]["type"] = 36  # RTM_NEWQDISC, as `tc qdisc change`
+        msg["header"]["flags"] = NLM_F_REQUEST
+        msg["index"], msg["handle"] = index, (0x10 + ROCE_TC) << 16
+        msg["parent"] = classid(ROCE_TC)
+        msg["attrs"] = [("TCA_KIND", "tbf"), ("TCA_OPTIONS", _tc_plugins["tbf"].get_parameters(
+            {"rate": f"{rate}bit", "burst": burst_bytes(cp.rate_bps, mtu), "limit": LOSSLESS_LIMIT}))]
+        msg.encode()
+        out.append(bytes(msg.data))
+    return out[0], out[1]
