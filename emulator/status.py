@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import converge, netns
+from . import converge, faults, netns
 from .errors import RocelabError
 from .plan import Kind, Node, Plan
 from .realize import parallel
@@ -58,6 +58,7 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
         "hosts": [{"node": h.name, "role": h.role.value if h.role else None, "leaf": h.leaf,
                    "address": h.address} for h in plan.hosts],
         "reachability": None if reach is None else {"ok": reach.ok, "problems": reach.problems},
+        "faults": faults.active(plan),  # injected by `rocelab fail`, or found in the kernel
         "spines": len(plan.of_kind(Kind.SPINE)),
         "leaves": len(plan.of_kind(Kind.LEAF)),
     }

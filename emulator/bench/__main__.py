@@ -10,9 +10,9 @@ import time
 
 import click
 
-from . import fabric
+from . import fabric, faults
 
-SECTIONS = {"fabric": fabric.run}
+SECTIONS = {"fabric": fabric.run, "faults": faults.run}
 
 
 @click.command()

@@ -33,9 +33,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import down, exec_, kv, render, run, schema, status, transfer, up
+    from . import down, exec_, fail, heal, kv, render, run, schema, status, transfer, up
 
-    for module in (up, down, status, exec_, render, schema, transfer, kv, run):
+    for module in (up, down, status, exec_, render, schema, transfer, kv, run, fail, heal):
         main.add_command(module.command)
 
 

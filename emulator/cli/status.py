@@ -41,4 +41,10 @@ def command(name: str | None, as_json: bool) -> None:
     else:
         console.print(f"host reachability ({hosts} hosts, full mesh): "
                       + ("ok" if reach["ok"] else "; ".join(reach["problems"][:5])))
+    for f in st.get("faults", []):
+        since = f"since {f['iso']}" if f.get("iso") else "not recorded (found in the kernel)"
+        how = f"silent, {f['dropped_packets']} packets dropped" if f["silent"] else "carrier down"
+        console.print(f"[yellow]active fault[/]: {f['name']} ({how}), {since}; "
+                      f"`rocelab heal {st['lab']} {f['name'].replace('-', ' ', 1)}` lifts it",
+                      soft_wrap=True)
     console.print("[green]converged[/]" if st["converged"] else "[red]NOT converged[/]")

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .. import faults, lab, measure
+from ..plan import Plan
+from .progress import progress
+
+USAGE = "link A B | node N | flap A B"
+
+
+def target(plan: Plan, words: tuple[str, ...], silent: bool = False) -> faults.Fault:
+    """`link A B` or `node N` (also `flap A B`) -> the fault it names."""
+    kind, *rest = words or ("",)
+    if kind in ("link", "flap") and len(rest) == 2:
+        return faults.link_fault(plan, rest[0], rest[1], silent)
+    if kind == "node" and len(rest) == 1:
+        return faults.node_fault(plan, rest[0], silent)
+    raise click.UsageError(f"expected {USAGE}, got {' '.join(words) or 'nothing'}")
+
+
+def settle(plan: Plan, watch: measure.FibWatcher, event: dict[str, Any], timeout_s: float,
+           until: float | None = None) -> dict[str, Any]:
+    """Wait until routing reflects the event (ConvergeTimeout after timeout_s); say when it did."""
+    with progress(f"waiting for routing to converge after {event['action']} "
+                  f"{event.get('name', event.get('target'))}"):
+        watch.wait_for(measure.expected_fib(plan, event["after"]), timeout_s)
+    return measure.convergence(watch.samples, event, plan, until)
+
+
+def describe(conv: dict[str, Any]) -> str:
+    ecmp = ", ".join(f"{leaf} {lo}" + (f"-{hi}" if hi != lo else "")
+                     for leaf, (lo, hi) in conv["leaf_ecmp"].items())
+    first = "" if conv["detect_s"] is None else f" (first FIB change after {conv['detect_s']:.3f} s)"
+    return f"routing converged in {conv['converge_s']:.3f} s{first}; leaf ECMP now: {ecmp}"
+
+
+def _fail_once(plan: Plan, fault: faults.Fault, wait: bool, timeout_s: float) -> dict[str, Any]:
+    if not wait:
+        return faults.fail(plan, fault)
+    with measure.FibWatcher(plan) as watch:
+        event = faults.fail(plan, fault)
+        event["convergence"] = settle(plan, watch, event, timeout_s)
+    return event
+
+
+def _flap(plan: Plan, fault: faults.Fault, period_s: float, count: int,
+          timeout_s: float) -> dict[str, Any]:
+    with measure.FibWatcher(plan) as watch:
+        event = faults.flap(plan, fault, period_s, count)
+        last = event["transitions"][-1]
+        settle(plan, watch, last, timeout_s)
+    steps = event["transitions"]
+    ends = [t["monotonic"] for t in steps[1:]] + [None]
+    event["convergence"] = [measure.convergence(watch.samples, t, plan, end)
+                            for t, end in zip(steps, ends)]
+    return event
+
+
+def _print(event: dict[str, Any]) -> None:
+    how = "silent: every frame dropped, carrier up" if event["silent"] else "carrier loss"
+    if event["action"] == "flap":
+        click.echo(f"flapped link {event['a']}-{event['b']} ({how}) {event['cycles']} times, "
+                   f"period {event['period_s']:g} s, from {event['iso']}")
+        for t, conv in zip(event["transitions"], event["convergence"]):
+            state = "converged in " + (f"{conv['converge_s']:.3f} s" if conv["settled"]
+                                       else "- (not before the next transition)")
+            click.echo(f"  {t['iso']}  {t['action']:<4}  {state}")
+        return
+    ports = event["effects"]
+    where = ", ".join(ports) if len(ports) <= 4 else f"{len(ports)} port ends"
+    click.echo(f"failed {event['name']} ({how}: {where}) at {event['iso']}")
+    if "convergence" in event:
+        click.echo(describe(event["convergence"]))
+
+
+@click.command("fail")
+@click.argument("name")
+@click.argument("what", nargs=-1, required=True)
+@click.option("--silent", is_flag=True,
+              help="Drop every frame but keep carrier (nftables): only BFD or the BGP hold timer notice.")
+@click.option("--period", default="2s", show_default=True, help="flap: one down+up cycle.")
+@click.option("--count", default=5, show_default=True, help="flap: cycles.")
+@click.option("--no-wait", is_flag=True, help="Return at once instead of waiting for routing to converge.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for convergence.")
+@click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
+def command(name: str, what: tuple[str, ...], silent: bool, period: str, count: int,
+            no_wait: bool, timeout: float, as_json: bool) -> None:
+    """Inject a fault: WHAT is `link A B`, `node N` or `flap A B`.
+
+    A link fails by carrier loss (A's port goes down; B sees NO-CARRIER), or
+    with --silent by dropping everything on both ends. A node fails all its
+    links. Waits until routing has converged around the fault and says how long
+    it took. The fault stays until `rocelab heal`.
+
+    Example: rocelab fail clos-2x4 link leaf1 spine2 --silent
+    """
+    lab.require_root()
+    plan = lab.lab_plan(name)
+    fault = target(plan, what, silent)
+    if what[0] == "flap":
+        event = _flap(plan, fault, faults.parse_duration(period), count, timeout)
+    else:
+        event = _fail_once(plan, fault, not no_wait, timeout)
+    if as_json:
+        click.echo(json.dumps(event, indent=2))
+    else:
+        _print(event)

@@ -1,0 +1,122 @@
+"""What a fault is, pure: its target, the links it cuts, the port effects it has.
+
+No root and no I/O: fault_effects.py puts effects in force, faults.py records
+faults and is the API. A link fault names its ends (a leaf first when a host
+was named first); a node fault is a router. Each cut link gets an effect on
+both ends: DROP for a silent fault, DOWN for carrier loss (router ends only:
+a host that loses its own eth0 also loses its default route).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NamedTuple
+
+from .errors import RocelabError
+from .plan import Node, Plan
+
+
+class FaultError(RocelabError):
+    """A fault cannot be injected or healed as asked (unknown target, not failed, ...)."""
+
+
+class EffectKind(str, Enum):
+    DOWN = "down"
+    DROP = "drop"
+
+
+class Effect(NamedTuple):
+    kind: EffectKind
+    node: str
+    port: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.node}:{self.port}"
+
+
+class FaultKind(str, Enum):
+    LINK = "link"
+    NODE = "node"
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    a: str  # link: the first end named (the leaf if a host was named first); node: the node
+    b: str | None = None  # link: the other end
+    silent: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"link {self.a}-{self.b}" if self.kind is FaultKind.LINK else f"node {self.a}"
+
+    def to_json(self) -> dict[str, Any]:
+        where = {"a": self.a, "b": self.b} if self.kind is FaultKind.LINK else {"node": self.a}
+        return {"fault": self.kind.value, **where, "silent": self.silent}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Fault:
+        kind = FaultKind(d["fault"])
+        a = d["a"] if kind is FaultKind.LINK else d["node"]
+        return cls(kind, a, d.get("b"), bool(d.get("silent", False)))
+
+    def same_target(self, other: Fault) -> bool:
+        return self.kind is other.kind and {self.a, self.b} == {other.a, other.b}
+
+
+def link_fault(plan: Plan, a: str, b: str, silent: bool = False) -> Fault:
+    """The fault on the link a-b (named leaf first when a is a host)."""
+    na, _ = _node(plan, a), _node(plan, b)
+    peers = [i.peer for i in na.interfaces]
+    if b not in peers:
+        raise FaultError(f"no link {a}-{b}; {a} is linked to {', '.join(peers)}")
+    return Fault(FaultKind.LINK, *((b, a) if not na.is_router else (a, b)), silent=silent)
+
+
+def node_fault(plan: Plan, name: str, silent: bool = False) -> Fault:
+    node = _node(plan, name)
+    if not node.is_router:
+        raise FaultError(f"{name} is a host: fail its link instead (fail link {node.leaf} {name})")
+    return Fault(FaultKind.NODE, name, silent=silent)
+
+
+def _node(plan: Plan, name: str) -> Node:
+    try:
+        return plan.node(name)
+    except KeyError:
+        raise FaultError(f"no node {name!r} in lab {plan.lab}; routers: "
+                         f"{', '.join(n.name for n in plan.routers)}") from None
+
+
+def links_of(plan: Plan, fault: Fault) -> list[tuple[str, str]]:
+    """The links a fault cuts, as (fault end, far end)."""
+    if fault.kind is FaultKind.LINK:
+        return [(fault.a, fault.b or "")]
+    return [(fault.a, i.peer) for i in plan.node(fault.a).interfaces]
+
+
+def effects(plan: Plan, fault: Fault) -> set[Effect]:
+    """Both ends of every link the fault cuts: DROP (silent), or DOWN on the router ends."""
+    kind = EffectKind.DROP if fault.silent else EffectKind.DOWN
+    out = set()
+    for a, b in links_of(plan, fault):
+        port_a = next(i for i in plan.node(a).interfaces if i.peer == b)
+        for node, port in ((a, port_a.name), (b, port_a.peer_ifname)):
+            if fault.silent or plan.node(node).is_router:
+                out.add(Effect(kind, node, port))
+    return out
+
+
+def after_state(plan: Plan, faults: list[Fault]) -> dict[str, Any]:
+    """What routing should converge to: links whose routes go (a silent host
+    link keeps its connected route, so it does not count) and failed nodes."""
+    cut = set()
+    for f in faults:
+        for a, b in links_of(plan, f):
+            fabric = plan.node(a).is_router and plan.node(b).is_router
+            if fabric or not f.silent:
+                cut.add(tuple(sorted((a, b))))
+    return {"faults": [f.name + (" (silent)" if f.silent else "") for f in faults],
+            "cut_links": [list(c) for c in sorted(cut)],
+            "failed_nodes": sorted(f.a for f in faults if f.kind is FaultKind.NODE)}

@@ -1,0 +1,243 @@
+"""Faults: fail and heal links and nodes of a running lab, recorded and recoverable.
+
+    link  carrier loss: both router ends of the link go admin-down, so both
+          routers see the link die at once, as both optics would report loss
+          of signal. (Downing one end leaves the other to the kernel's
+          linkwatch, which may delay a veth peer's carrier-down by up to a
+          second.) silent: both ends drop every frame on ingress and carrier
+          stays up (see fault_effects.py).
+    node  every link of the node fails the same way: carrier (as when a
+          switch loses power and its optics go dark) or silent (a hung switch
+          that keeps its lasers on). The node's FRR daemons are left
+          running; docs/faults.md says why.
+    flap  a link failed and healed `count` times, one cycle per `period`.
+
+Every fail and heal is an event with a wall-clock and a monotonic timestamp,
+appended to `<run dir>/faults.json` (beside state.json) together with the
+faults still active. The kernel is the truth, as for `down`: `active()`
+keeps only records whose effects are in force and reports effects no record
+explains (a crash, a manual `ip link set down`) as unrecorded faults, so
+`heal --all` always restores the lab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from . import fault_effects as fx
+from .fault_model import (Effect, EffectKind, Fault, FaultError, FaultKind, after_state, effects,
+                          link_fault, node_fault)
+from .paths import lab_run_dir
+from .plan import Plan
+
+__all__ = ["Fault", "FaultError", "FaultKind", "active", "after_state", "apply", "effects",
+           "events", "fail", "flap", "heal", "link_fault", "node_fault", "parse_duration"]
+
+
+# -- records ---------------------------------------------------------------
+
+def _load(lab: str) -> dict[str, Any]:
+    try:
+        return json.loads((lab_run_dir(lab) / "faults.json").read_text())
+    except FileNotFoundError:
+        return {"active": [], "events": []}
+
+
+@contextlib.contextmanager
+def _records(lab: str) -> Iterator[dict[str, Any]]:
+    """faults.json under an exclusive lock; written back when the body succeeds."""
+    run_dir = lab_run_dir(lab)
+    with open(run_dir / "faults.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = run_dir / "faults.json"
+        doc = _load(lab)
+        yield doc
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        tmp.replace(path)
+
+
+def _live(plan: Plan, doc: dict[str, Any], present: set[Effect]) -> list[dict[str, Any]]:
+    """Recorded faults still in force, plus faults derived from unexplained effects."""
+    live = [r for r in doc["active"] if effects(plan, Fault.from_json(r)) <= present]
+    explained = set().union(*(effects(plan, Fault.from_json(r)) for r in live))
+    return live + [f.to_json() | {"recorded": False, "time": None}
+                   for f in _derive(plan, present - explained)]
+
+
+def _derive(plan: Plan, left: set[Effect]) -> list[Fault]:
+    """Name the faults behind effects no record explains: whole nodes first, then links."""
+    found = []
+    for silent in (False, True):
+        for node in plan.routers:
+            f = Fault(FaultKind.NODE, node.name, silent=silent)
+            if effects(plan, f) <= left:
+                found.append(f)
+                left -= effects(plan, f)
+    for e in sorted(left):
+        peer = next(i.peer for i in plan.node(e.node).interfaces if i.name == e.port)
+        f = link_fault(plan, e.node, peer, silent=e.kind is EffectKind.DROP)
+        if not any(f.same_target(g) for g in found):
+            found.append(f)
+    return found
+
+
+def active(plan: Plan) -> list[dict[str, Any]]:
+    """Faults in force: records (with `since`) and unrecorded ones found in the kernel."""
+    counters = fx.scan(plan)
+    live = _live(plan, _load(plan.lab), set(counters))
+    for r in live:
+        f = Fault.from_json(r)
+        r["name"] = f.name
+        r["dropped_packets"] = sum(counters.get(e, 0) for e in effects(plan, f))
+    return live
+
+
+def _stamp() -> dict[str, Any]:
+    t = time.time()
+    return {"time": round(t, 6), "iso": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+            + f".{int(t % 1 * 1000):03d}Z", "monotonic": round(time.monotonic(), 6)}
+
+
+def fail(plan: Plan, fault: Fault) -> dict[str, Any]:
+    """Inject a fault; return its event (timestamps, effects, what routing should become)."""
+    with _records(plan.lab) as doc:
+        live = _live(plan, doc, set(fx.scan(plan)))
+        clash = next((r for r in live if Fault.from_json(r).same_target(fault)), None)
+        if clash:
+            raise FaultError(f"{fault.name} has already failed; heal it first")
+        stamp = _stamp()
+        fx.apply(plan, effects(plan, fault))
+        inject_s = round(time.monotonic() - stamp["monotonic"], 6)
+        record = fault.to_json() | stamp
+        doc["active"] = [r for r in live if r.get("recorded", True)] + [record]
+        faults = [Fault.from_json(r) for r in live] + [fault]
+        event = {"action": "fail", **record, "name": fault.name, "inject_s": inject_s,
+                 "effects": sorted(map(str, effects(plan, fault))),
+                 "after": after_state(plan, faults)}
+        doc["events"].append(event)
+    return event
+
+
+def heal(plan: Plan, target: Fault | None = None) -> dict[str, Any]:
+    """Heal one fault (matched by link ends or node; None: every fault, recorded or not)."""
+    with _records(plan.lab) as doc:
+        present = set(fx.scan(plan))
+        live = _live(plan, doc, present)
+        healed = [r for r in live if target is None or Fault.from_json(r).same_target(target)]
+        if target is not None and not healed:
+            raise FaultError(f"{target.name} is not failed; active: "
+                             + (", ".join(Fault.from_json(r).name for r in live) or "none"))
+        kept = [Fault.from_json(r) for r in live if r not in healed]
+        keep = set().union(*(effects(plan, f) for f in kept))
+        lift = present if target is None else set().union(
+            *(effects(plan, Fault.from_json(r)) for r in healed)) - keep
+        stamp = _stamp()
+        fx.undo(plan, lift, present)
+        event = {"action": "heal", "target": target.name if target else "all", **stamp,
+                 "inject_s": round(time.monotonic() - stamp["monotonic"], 6),
+                 "healed": healed, "effects": sorted(map(str, lift & present)),
+                 "after": after_state(plan, kept)}
+        doc["active"] = [r for r in live if r not in healed and r.get("recorded", True)]
+        doc["events"].append(event)
+    return event
+
+
+def events(lab: str) -> list[dict[str, Any]]:
+    """Every fail and heal recorded for the lab so far."""
+    return _load(lab)["events"]
+
+
+def flap(plan: Plan, fault: Fault, period_s: float, count: int,
+         stop: threading.Event | None = None) -> dict[str, Any]:
+    """Fail and heal `fault` `count` times: down for the first half of each period.
+
+    Blocks for about count x period; setting `stop` ends it early. The link is
+    always healed on return, even on an exception.
+    """
+    if period_s <= 0 or count < 1:
+        raise FaultError(f"flap: period must be > 0 and count >= 1 (got {period_s}, {count})")
+    stop = stop or threading.Event()
+    transitions: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    try:
+        for i in range(count):
+            transitions.append(fail(plan, fault))
+            if stop.wait(max(0.0, t0 + (i + 0.5) * period_s - time.monotonic())):
+                break
+            transitions.append(heal(plan, fault))
+            if i + 1 < count and stop.wait(max(0.0, t0 + (i + 1) * period_s - time.monotonic())):
+                break
+    finally:
+        if transitions and transitions[-1]["action"] == "fail":
+            transitions.append(heal(plan, fault))
+    first = transitions[0]
+    return {"action": "flap", **fault.to_json(), "name": f"flap {fault.a}-{fault.b}",
+            "period_s": period_s, "count": count, "time": first["time"], "iso": first["iso"],
+            "monotonic": first["monotonic"], "cycles": sum(1 for t in transitions if t["action"] == "fail"),
+            "transitions": transitions}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """'2s' -> 2.0, '500ms' -> 0.5, 3 -> 3.0 (seconds)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().lower()
+    scale = 0.001 if text.endswith("ms") else 1.0
+    try:
+        return float(text.removesuffix("ms").removesuffix("s")) * scale
+    except ValueError:
+        raise FaultError(f"{value!r} is not a duration like 2s, 500ms or 1.5") from None
+
+
+_FAIL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"},
+              "flap": {"a", "b", "silent", "period", "period_s", "count"}}
+_HEAL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"}, "all": set()}
+
+
+def _parse_action(plan: Plan, action: dict[str, Any]) -> tuple[str, str, Fault | None]:
+    verbs = [v for v in ("fail", "heal") if v in action]
+    if len(verbs) != 1:
+        raise FaultError(f"a fault action has exactly one of `fail` or `heal` (got {action!r})")
+    verb = verbs[0]
+    table = _FAIL_KEYS if verb == "fail" else _HEAL_KEYS
+    what = action[verb]
+    if what not in table:
+        raise FaultError(f"{verb}: {what!r} is not one of {', '.join(table)}")
+    extra = set(action) - table[what] - {verb}
+    if extra:
+        raise FaultError(f"{verb} {what}: unknown keys {sorted(extra)}; "
+                         f"allowed: {sorted(table[what])}")
+    silent = bool(action.get("silent", False))
+    try:
+        if what == "all":
+            return verb, what, None
+        if what == "node":
+            return verb, what, node_fault(plan, action["node"], silent)
+        return verb, what, link_fault(plan, action["a"], action["b"], silent)
+    except KeyError as e:
+        raise FaultError(f"{verb} {what}: missing key {e}") from None
+
+
+def apply(plan: Plan, action: dict[str, Any]) -> dict[str, Any]:
+    """Run one action of an experiment file; return its recorded event.
+
+    {"fail": "link", "a": "leaf1", "b": "spine2", "silent": false}
+    {"fail": "node", "node": "spine2", "silent": false}
+    {"fail": "flap", "a": "leaf1", "b": "spine1", "period": "2s", "count": 5}   (blocks)
+    {"heal": "link", "a": "leaf1", "b": "spine2"} | {"heal": "node", "node": "spine2"}
+    {"heal": "all"}
+    """
+    verb, what, target = _parse_action(plan, action)
+    if verb == "heal":
+        return heal(plan, target)
+    if what == "flap":
+        period = parse_duration(action.get("period_s", action.get("period", 2.0)))
+        return flap(plan, target, period, int(action.get("count", 1)))  # type: ignore[arg-type]
+    return fail(plan, target)  # type: ignore[arg-type]

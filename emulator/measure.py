@@ -1,0 +1,190 @@
+"""Control-plane convergence: what each router's FIB should become, and when it did.
+
+A `FibWatcher` follows every router's kernel FIB from the moment it starts:
+one netlink socket per router namespace subscribed to IPv4 route changes is
+the doorbell, and each ring re-reads that router's ECMP widths toward the
+host prefixes (`converge.fib_widths_of`), stamped with the monotonic clock
+(the clock of fault events). No polling interval limits the resolution.
+
+`expected_fib` says, purely from the plan and the links a fault cut, what
+the widths must become (eBGP in a Clos is valley-free: spines share an ASN,
+so a leaf reaches a remote leaf only through a spine that still has links
+to both). `convergence` finds, in the samples, when the FIB first changed
+after an event and when it settled on the expected state for good.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from . import converge, netns
+from .errors import ConvergeTimeout
+from .plan import Kind, Plan
+
+RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
+RTMGRP_IPV4_ROUTE = 0x40
+RESAMPLE_S = 0.5  # re-read every FIB this often anyway: a lost netlink message cannot hide a change
+Widths = dict[str, dict[str, int]]  # router -> host prefix -> next hops (0 = no route)
+Sample = tuple[float, str, dict[str, int]]
+
+
+def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
+    """The widths every surviving router converges to once the event's cuts are routed around."""
+    cut = {frozenset(link) for link in after.get("cut_links", [])}
+    dead = set(after.get("failed_nodes", []))
+
+    def up(x: str, y: str) -> bool:
+        return frozenset((x, y)) not in cut and x not in dead and y not in dead
+
+    spines = [s.name for s in plan.of_kind(Kind.SPINE)]
+    out: Widths = {}
+    for router in plan.routers:
+        if router.name in dead:
+            continue
+        want = {}
+        for h in plan.hosts:
+            if router.kind is Kind.LEAF and h.leaf == router.name:
+                continue
+            live = up(h.leaf or "", h.name)  # a cut host link withdraws the host's /31
+            if router.kind is Kind.SPINE:
+                want[plan.host_prefix(h)] = int(live and up(router.name, h.leaf or ""))
+            else:
+                want[plan.host_prefix(h)] = sum(1 for s in spines if live and up(router.name, s)
+                                                and up(s, h.leaf or ""))
+        out[router.name] = want
+    return out
+
+
+def _matches(state: Widths, expected: Widths) -> bool:
+    return all(state.get(r) == w for r, w in expected.items())
+
+
+class FibWatcher:
+    """Samples of every router's FIB widths from start() to stop(); usable with `with`."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.samples: list[Sample] = []
+        self.current: Widths = {}
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._socks: dict[socket.socket, str] = {}
+        self._thread = threading.Thread(target=self._run, name="fib-watcher", daemon=True)
+
+    def __enter__(self) -> FibWatcher:
+        for node in self.plan.routers:  # subscribe first, then read: no change slips between
+            with netns.entered(node.netns):
+                s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK,
+                                  socket.NETLINK_ROUTE)
+            s.bind((0, RTMGRP_LINK | RTMGRP_IPV4_ROUTE))
+            self._socks[s] = node.name
+        for name in self._socks.values():
+            self._sample(name)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        for s in self._socks:
+            s.close()
+
+    def _sample(self, router: str) -> None:
+        t = time.monotonic()
+        widths = converge.fib_widths_of(self.plan, self.plan.node(router))
+        with self._changed:
+            if widths != self.current.get(router):
+                self.samples.append((t, router, widths))
+                self.current[router] = widths
+                self._changed.notify_all()
+
+    def _run(self) -> None:
+        next_full = time.monotonic() + RESAMPLE_S
+        while not self._stop.is_set():
+            ready, _, _ = select.select(list(self._socks), [], [], 0.1)
+            for s in ready:
+                _drain(s)
+                self._sample(self._socks[s])
+            if time.monotonic() >= next_full:
+                for name in self._socks.values():
+                    self._sample(name)
+                next_full = time.monotonic() + RESAMPLE_S
+
+    def wait_for(self, expected: Widths, timeout_s: float) -> None:
+        """Block until the FIB matches `expected` (`convergence` says when it did)."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not _matches(self.current, expected):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ConvergeTimeout(_mismatch(self.plan.lab, self.current, expected, timeout_s))
+                self._changed.wait(min(left, 0.1))
+
+
+def _drain(s: socket.socket) -> None:
+    """Read every pending notification; their content does not matter, only that they came."""
+    while True:
+        try:
+            s.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            if e.errno != errno.ENOBUFS:  # overflow: messages lost, the re-read covers it
+                raise
+
+
+def _mismatch(lab: str, state: Widths, expected: Widths, timeout_s: float) -> str:
+    bad = []
+    for router, want in expected.items():
+        have = state.get(router, {})
+        diff = {p: f"{have.get(p)} (want {w})" for p, w in want.items() if have.get(p) != w}
+        if diff:
+            p, d = next(iter(diff.items()))
+            bad.append(f"{router}: {len(diff)} prefixes differ, e.g. {p}: {d}")
+    return (f"lab {lab}: FIB did not reach the expected state within {timeout_s:.0f} s: "
+            + "; ".join(bad[:3]))
+
+
+def convergence(samples: list[Sample], event: dict[str, Any], plan: Plan,
+                until: float | None = None) -> dict[str, Any]:
+    """When, after `event`, the FIB first changed and when it settled on the expected state.
+
+    detect_s: first FIB change on any router (None if none); converge_s: the
+    last change after which every surviving router held the expected widths
+    (0.0 if they already did; None if never, within `until`).
+    """
+    t0 = event["monotonic"]
+    expected = expected_fib(plan, event["after"])
+    state: Widths = {}
+    for t, r, w in samples:
+        if t <= t0:
+            state[r] = w
+    settled = t0 if _matches(state, expected) else None
+    first, changed = None, set()
+    for t, r, w in samples:
+        if t <= t0 or (until is not None and t > until):
+            continue
+        first = first if first is not None else t
+        changed.add(r)
+        state[r] = w
+        ok = _matches(state, expected)
+        settled = (settled or t) if ok else None
+    return {"event": event.get("name", event.get("target")), "action": event["action"],
+            "detect_s": None if first is None else round(first - t0, 4),
+            "converge_s": None if settled is None else round(settled - t0, 4),
+            "settled": settled is not None, "routers_changed": sorted(changed),
+            "leaf_ecmp": _leaf_ecmp(plan, state)}
+
+
+def _leaf_ecmp(plan: Plan, state: Widths) -> dict[str, list[int]]:
+    """Leaf -> [min, max] width toward remote hosts, as last seen."""
+    out = {}
+    for leaf in plan.of_kind(Kind.LEAF):
+        widths = list(state.get(leaf.name, {}).values()) or [0]
+        out[leaf.name] = [min(widths), max(widths)]
+    return out

@@ -1,0 +1,173 @@
+"""Faults without root: targets, effects, what routing must converge to, and when it did."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator import faults, impact, measure
+from emulator.fault_effects import _drop_ruleset
+from emulator.fault_model import Effect, EffectKind
+from emulator.faults import Fault, FaultError, FaultKind
+from emulator.lab import load_topology
+
+DOWN, DROP = EffectKind.DOWN, EffectKind.DROP
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return load_topology("topologies/clos-2x4.yaml")[1]
+
+
+def test_link_fault_goes_down_on_the_router_end(plan):
+    assert faults.link_fault(plan, "leaf1", "spine2") == Fault(FaultKind.LINK, "leaf1", "spine2")
+    assert faults.link_fault(plan, "spine2", "leaf1").a == "spine2"
+    host_first = faults.link_fault(plan, "prefill1", "leaf1")  # a host never loses its own eth0
+    assert (host_first.a, host_first.b) == ("leaf1", "prefill1")
+    assert faults.link_fault(plan, "leaf1", "spine2").same_target(
+        faults.link_fault(plan, "spine2", "leaf1", silent=True))
+
+
+@pytest.mark.parametrize("a, b, message", [
+    ("leaf1", "leaf2", "no link leaf1-leaf2; leaf1 is linked to spine1, spine2, prefill1, prefill2"),
+    ("leaf9", "spine1", "no node 'leaf9'"),
+])
+def test_bad_link_names_the_choices(plan, a, b, message):
+    with pytest.raises(FaultError, match=message):
+        faults.link_fault(plan, a, b)
+
+
+def test_a_host_is_not_a_node_fault(plan):
+    with pytest.raises(FaultError, match="prefill1 is a host: fail its link instead"):
+        faults.node_fault(plan, "prefill1")
+
+
+def test_effects_of_each_fault(plan):
+    assert faults.effects(plan, faults.link_fault(plan, "leaf1", "spine2")) == {
+        Effect(DOWN, "leaf1", "spine2"), Effect(DOWN, "spine2", "leaf1")}
+    assert faults.effects(plan, faults.link_fault(plan, "decode1", "leaf3")) == {
+        Effect(DOWN, "leaf3", "decode1")}  # never the host's own eth0
+    assert faults.effects(plan, faults.link_fault(plan, "leaf1", "spine2", silent=True)) == {
+        Effect(DROP, "leaf1", "spine2"), Effect(DROP, "spine2", "leaf1")}
+    assert faults.effects(plan, faults.link_fault(plan, "decode1", "leaf3", silent=True)) == {
+        Effect(DROP, "leaf3", "decode1"), Effect(DROP, "decode1", "eth0")}
+    node = faults.effects(plan, faults.node_fault(plan, "spine2"))
+    assert node == ({Effect(DOWN, "spine2", f"leaf{i}") for i in range(1, 5)}
+                    | {Effect(DOWN, f"leaf{i}", "spine2") for i in range(1, 5)})
+    assert len(faults.effects(plan, faults.node_fault(plan, "leaf1", silent=True))) == 8
+    assert len(faults.effects(plan, faults.node_fault(plan, "leaf1"))) == 6  # hosts keep eth0 up
+
+
+def test_silent_host_link_keeps_its_route_carrier_loss_does_not(plan):
+    silent = faults.after_state(plan, [faults.link_fault(plan, "leaf3", "decode1", silent=True)])
+    carrier = faults.after_state(plan, [faults.link_fault(plan, "leaf3", "decode1")])
+    assert silent["cut_links"] == [] and carrier["cut_links"] == [["decode1", "leaf3"]]
+    node = faults.after_state(plan, [faults.node_fault(plan, "spine2", silent=True)])
+    assert node["failed_nodes"] == ["spine2"] and len(node["cut_links"]) == 4
+
+
+def _widths(exp, router):
+    return set(exp[router].values())
+
+
+def test_expected_fib_whole_fabric(plan):
+    exp = measure.expected_fib(plan, {})
+    assert all(_widths(exp, f"leaf{i}") == {2} for i in range(1, 5))
+    assert _widths(exp, "spine1") == {1} and len(exp["spine1"]) == 8 and len(exp["leaf1"]) == 6
+
+
+def test_expected_fib_after_an_uplink_cut(plan):
+    exp = measure.expected_fib(plan, {"cut_links": [["leaf1", "spine2"]]})
+    assert _widths(exp, "leaf1") == {1}
+    leaf1_hosts = {plan.host_prefix(plan.node(h)) for h in ("prefill1", "prefill2")}
+    for other in ("leaf2", "leaf3", "leaf4"):
+        assert {p: w for p, w in exp[other].items() if p in leaf1_hosts} == dict.fromkeys(leaf1_hosts, 1)
+        assert {w for p, w in exp[other].items() if p not in leaf1_hosts} == {2}
+    assert {p for p, w in exp["spine2"].items() if w == 0} == leaf1_hosts
+
+
+def test_expected_fib_after_spine_and_leaf_failures(plan):
+    spine = measure.expected_fib(plan, faults.after_state(plan, [faults.node_fault(plan, "spine2")]))
+    assert "spine2" not in spine and all(_widths(spine, f"leaf{i}") == {1} for i in range(1, 5))
+    leaf = measure.expected_fib(plan, faults.after_state(plan, [faults.node_fault(plan, "leaf4")]))
+    gone = {plan.host_prefix(h) for h in plan.hosts if h.leaf == "leaf4"}
+    assert "leaf4" not in leaf and all(leaf["leaf1"][p] == 0 for p in gone)
+    host = measure.expected_fib(plan, {"cut_links": [["decode1", "leaf3"]]})
+    assert host["leaf1"][plan.host_prefix(plan.node("decode1"))] == 0
+
+
+def _sample(t, router, width, plan):
+    return (t, router, dict.fromkeys(plan.remote_host_prefixes(plan.node(router)), width))
+
+
+def test_convergence_detect_settle_and_relapse(plan):
+    full = measure.expected_fib(plan, {})
+    samples = [(0.0, r, w) for r, w in full.items()]
+    event = {"action": "fail", "name": "node spine2", "monotonic": 10.0,
+             "after": faults.after_state(plan, [faults.node_fault(plan, "spine2")])}
+    samples += [_sample(10.05, "leaf1", 1, plan), _sample(10.07, "leaf2", 1, plan),
+                _sample(10.08, "leaf3", 1, plan), _sample(10.09, "leaf4", 1, plan),
+                _sample(10.20, "leaf4", 2, plan), _sample(10.30, "leaf4", 1, plan)]
+    conv = measure.convergence(samples, event, plan)
+    assert conv["detect_s"] == 0.05 and conv["converge_s"] == 0.3 and conv["settled"]
+    assert conv["leaf_ecmp"]["leaf4"] == [1, 1] and "spine2" not in conv["routers_changed"]
+    early = measure.convergence(samples, event, plan, until=10.25)  # relapsed at 10.20
+    assert early["settled"] is False and early["converge_s"] is None
+
+
+def test_convergence_when_nothing_has_to_change(plan):
+    full = measure.expected_fib(plan, {})
+    samples = [(0.0, r, w) for r, w in full.items()]
+    event = {"action": "heal", "target": "all", "monotonic": 5.0, "after": {}}
+    conv = measure.convergence(samples, event, plan)
+    assert conv == conv | {"detect_s": None, "converge_s": 0.0, "settled": True}
+
+
+def test_unrecorded_effects_are_named_as_faults(plan):
+    node = faults.effects(plan, faults.node_fault(plan, "spine1"))
+    silent = faults.effects(plan, faults.link_fault(plan, "leaf2", "spine2", silent=True))
+    live = faults._live(plan, {"active": []}, node | silent | {Effect(DOWN, "leaf4", "decode4")})
+    assert [(r["fault"], r.get("node") or (r["a"], r["b"]), r["silent"], r["recorded"])
+            for r in live] == [("node", "spine1", False, False),
+                               ("link", ("leaf4", "decode4"), False, False),
+                               ("link", ("leaf2", "spine2"), True, False)]
+
+
+def test_records_only_count_while_their_effects_are_in_force(plan):
+    rec = faults.link_fault(plan, "leaf1", "spine1").to_json() | {"time": 1.0}
+    assert faults._live(plan, {"active": [rec]}, set()) == []
+    both = {Effect(DOWN, "leaf1", "spine1"), Effect(DOWN, "spine1", "leaf1")}
+    assert faults._live(plan, {"active": [rec]}, both) == [rec]
+    assert faults._live(plan, {"active": [rec]}, both - {Effect(DOWN, "spine1", "leaf1")}) == [
+        faults.link_fault(plan, "leaf1", "spine1").to_json() | {"recorded": False, "time": None}]
+
+
+@pytest.mark.parametrize("action, message", [
+    ({"fail": "link", "a": "leaf1"}, "fail link: missing key 'b'"),
+    ({"fail": "link", "a": "leaf1", "b": "spine1", "mode": "x"}, r"unknown keys \['mode'\]"),
+    ({"fail": "all"}, "fail: 'all' is not one of link, node, flap"),
+    ({"heal": "flap"}, "heal: 'flap' is not one of link, node, all"),
+    ({"fail": "node", "heal": "node", "node": "spine1"}, "exactly one of `fail` or `heal`"),
+    ({"fail": "flap", "a": "leaf1", "b": "spine1", "period": "soon"}, "not a duration"),
+])
+def test_bad_actions_are_one_clear_error(plan, action, message):
+    with pytest.raises(FaultError, match=message):
+        faults.apply(plan, action)
+
+
+@pytest.mark.parametrize("text, seconds", [("2s", 2.0), ("500ms", 0.5), ("1.5", 1.5), (3, 3.0)])
+def test_parse_duration(text, seconds):
+    assert faults.parse_duration(text) == seconds
+
+
+def test_drop_ruleset_is_one_ingress_chain_per_port():
+    text = _drop_ruleset(["spine2", "eth0"])
+    assert text.startswith("table netdev rocelab_fault {")
+    assert 'chain in_spine2 {\n  type filter hook ingress device "spine2"' in text
+    assert text.count("counter drop") == 2
+
+
+def test_heal_action_and_report_table():
+    assert impact.heal_action({"fail": "link", "a": "leaf1", "b": "spine2", "silent": True}) == {
+        "heal": "link", "a": "leaf1", "b": "spine2"}
+    table = impact.report_table({"carrier": {"summary": {"converge_s": 0.13, "flows_failed": 0}}})
+    assert table.splitlines()[2].startswith("| carrier | - | 0.13 |")
