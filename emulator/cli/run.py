@@ -16,17 +16,19 @@ from .progress import progress
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Directory for results.json (and the report).")
 @click.option("--keep", is_flag=True, help="Leave the lab up if this run brought it up.")
-def command(experiment: str, out: str, keep: bool) -> None:
+@click.option("--name", help="Lab name (default: the experiment's `lab:`, else the topology's).")
+def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
     """Run an experiment: topology + flows + timed actions -> results.
 
     Example: rocelab run experiments/incast.yaml --out out/incast
     """
     lab.require_root()
     with progress(f"run {experiment}") as update:
-        res = runner.run(experiment, Path(out), keep=keep, progress=update)
+        res = runner.run(experiment, Path(out), keep=keep, name=name, progress=update)
     console = Console()
     d = res["dilation"]
-    table = Table(title=f"{res['experiment']} (links {res['link_rate_bps'] / 1e6:g} Mbit/s, D={d:g})")
+    links = f"links {res['link_rate_bps'] / 1e6:g} Mbit/s, D={d:g}" if res["link_rate_bps"] else "unshaped"
+    table = Table(title=f"{res['experiment']} ({links})")
     for col in ("flow", "src->dst", "FCT s", "real-equiv", "Mbit/s", "CNPs", "retx", "integrity"):
         table.add_column(col)
     for f in res["flows"]:
@@ -38,8 +40,14 @@ def command(experiment: str, out: str, keep: bool) -> None:
                       "ok" if f["integrity_ok"] else f"[red]{f['error'] or 'FAILED'}[/]")
     console.print(table)
     s, p = res["steady"], res["pfc"]
-    console.print(f"steady state {s['from_s']:.1f}-{s['to_s']:.1f} s: Jain {s['jain']:.3f}; "
-                  f"PFC pauses {p['pauses']} (reaction p50 {p['reaction_us_p50']} us, "
-                  f"p99 {p['reaction_us_p99']} us); lossless drops {res['lossless_drops']}",
-                  soft_wrap=True)
+    line = f"steady state {s['from_s']:.1f}-{s['to_s']:.1f} s: Jain {s['jain']:.3f}"
+    if res["link_rate_bps"]:
+        line += (f"; PFC pauses {p['pauses']} (reaction p50 {p['reaction_us_p50']} us, "
+                 f"p99 {p['reaction_us_p99']} us); lossless drops {res['lossless_drops']}")
+    console.print(line, soft_wrap=True)
+    for e in res["events"]:
+        conv = e.get("convergence") or {}
+        extra = f", routing converged in {conv['converge_s']} s" if conv.get("converge_s") is not None else ""
+        console.print(f"  t={e['t_s']:.2f} s {e['kind']} {e.get('action', '')} "
+                      f"{e.get('name') or e.get('target', '')}{extra}", soft_wrap=True)
     console.print(f"results: {Path(out) / 'results.json'}")

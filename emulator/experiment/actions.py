@@ -49,6 +49,8 @@ class Timeline(threading.Thread):
                 done = {"kind": action.kind, "error": str(e)}
             self.events.append({"t_s": round(time.monotonic() - self.t0, 4), **done})
 
-    def finish(self) -> None:
+    def finish(self, deadline: float) -> None:
+        """Let the remaining actions run (a heal must not be skipped), up to `deadline`."""
+        self.join(max(0.0, deadline - time.monotonic()))
         self._halt.set()
         self.join()

@@ -3,6 +3,7 @@ and actions on a timeline, sample counters, write results.json."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import lab, state, workload
+from .. import lab, measure, state, workload
 from ..congestion.model import ROCE_TC
 from ..engine import client
 from ..engine.job import Job, Op
@@ -19,6 +20,7 @@ from ..plan import Plan
 from ..units import parse_size
 from . import actions, analysis
 from .sampler import Sampler, pfc_snapshot
+from .report import report_md
 from .spec import Experiment, Flow, load, parse_duration
 
 Progress = Callable[[str], None]
@@ -56,24 +58,27 @@ class FlowRun(threading.Thread):
         self.series.append((round(time.monotonic() - self.t0, 4), sent if sent is not None else done))
 
 
-def run(path: str | Path, out: Path, keep: bool = False, progress: Progress = lambda m: None
-        ) -> dict[str, Any]:
+def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None,
+        progress: Progress = lambda m: None) -> dict[str, Any]:
     exp, topology = load(path)
-    name = exp.lab or lab.load_topology(topology)[1].lab
+    name = name or exp.lab or lab.load_topology(topology)[1].lab
     brought_up = name not in state.known_labs()
     if brought_up:
         progress(f"bringing up lab {name} from {topology}")
         lab.up(topology, name=name, progress=progress)
     try:
         plan = lab.lab_plan(name)
-        if plan.congestion is None:
-            raise RocelabError(f"experiment {exp.name}: topology has no `congestion: enabled: true`")
+        needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
+        if needs_cc and plan.congestion is None:
+            raise RocelabError(f"experiment {exp.name}: actions {', '.join(needs_cc)} need a topology "
+                               "with `congestion: enabled: true`")
         results = _execute(exp, plan, progress)
     finally:
         if brought_up and not keep:
             lab.down(name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "report.md").write_text(report_md(results))
     return results
 
 
@@ -85,27 +90,42 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
     client.ensure_engines(plan, hosts)
     t0 = time.monotonic() + 0.2
     deadline = t0 + parse_duration(exp.duration)
-    sampler = Sampler(plan, parse_duration(exp.sample_every), t0)
+    sampler = Sampler(plan, parse_duration(exp.sample_every), t0) if plan.congestion else None
     pfc0 = pfc_snapshot(plan)
     flows = [FlowRun(plan, f, t0, deadline) for f in exp.flows]
     timeline = actions.Timeline(plan, exp.actions, t0)
-    sampler.start()
-    timeline.start()
-    for f in flows:
-        f.start()
-    progress(f"running {len(flows)} flows, {len(exp.actions)} actions (at most {exp.duration})")
-    for f in flows:
-        f.join(max(0.0, deadline + 30 - time.monotonic()))
-    timeline.finish()
-    ports = sampler.stop()
+    with contextlib.ExitStack() as stack:
+        watcher = stack.enter_context(measure.FibWatcher(plan)) if any(
+            a.kind == "fault" for a in exp.actions) else None
+        if sampler:
+            sampler.start()
+        timeline.start()
+        for f in flows:
+            f.start()
+        progress(f"running {len(flows)} flows, {len(exp.actions)} actions (at most {exp.duration})")
+        for f in flows:
+            f.join(max(0.0, deadline + 30 - time.monotonic()))
+        timeline.finish(deadline)
+        if watcher:  # give routing a moment to settle after the last event, then time it
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+            _add_convergence(plan, timeline.events, watcher.samples)
+    ports = sampler.stop() if sampler else []
     return summarize(exp, plan, t0, flows, ports, timeline.events, pfc0, pfc_snapshot(plan))
+
+
+def _add_convergence(plan: Plan, events: list[dict[str, Any]], samples: list) -> None:
+    """Time each fault event's convergence, up to the next fault event."""
+    faults = [e for e in events if e.get("kind") == "fault" and "monotonic" in e and "after" in e]
+    for ev, nxt in zip(faults, faults[1:] + [None]):
+        until = nxt["monotonic"] if nxt else None
+        ev["convergence"] = measure.convergence(samples, ev, plan, until=until)
 
 
 def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], ports: list[dict],
               events: list[dict], pfc0: dict, pfc1: dict) -> dict[str, Any]:
     cp = plan.congestion
-    assert cp is not None
-    flow_out = [_flow_summary(f, t0, cp.dilation) for f in flows]
+    dilation = cp.dilation if cp else 1.0
+    flow_out = [_flow_summary(f, t0, dilation) for f in flows]
     starts = [f["start_s"] for f in flow_out]
     ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
     steady0 = min(starts) + parse_duration(exp.steady_after)
@@ -114,8 +134,8 @@ def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], port
     steady_rates = {n: analysis.mean_rate(s, steady0, steady1) for n, s in series.items()}
     reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
     return {
-        "experiment": exp.name, "lab": plan.lab, "dilation": cp.dilation,
-        "link_rate_bps": cp.rate_bps, "declared_speed_bps": cp.speed_bps,
+        "experiment": exp.name, "lab": plan.lab, "dilation": dilation,
+        "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": plan.speed_bps,
         "flows": flow_out, "ports": ports, "events": events,
         "steady": {"from_s": steady0, "to_s": steady1,
                    "rates_bps": steady_rates, "jain": analysis.jain(list(steady_rates.values()))},
@@ -123,7 +143,7 @@ def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], port
                 "reaction_us_p50": analysis_pct(reactions, 50),
                 "reaction_us_p99": analysis_pct(reactions, 99),
                 "paused_s": pfc1.get("paused_s", {})},
-        "lossless_drops": lossless_drops(plan),
+        "lossless_drops": lossless_drops(plan) if cp else None,
         "integrity_ok": all(f["integrity_ok"] for f in flow_out),
     }
 
