@@ -142,7 +142,9 @@ def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], port
         "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
                 "reaction_us_p50": analysis_pct(reactions, 50),
                 "reaction_us_p99": analysis_pct(reactions, 99),
-                "paused_s": pfc1.get("paused_s", {})},
+                "paused_s": {k: round(v - pfc0.get("paused_s", {}).get(k, 0.0), 4)
+                             for k, v in pfc1.get("paused_s", {}).items()
+                             if v - pfc0.get("paused_s", {}).get(k, 0.0) > 0}},
         "lossless_drops": lossless_drops(plan) if cp else None,
         "integrity_ok": all(f["integrity_ok"] for f in flow_out),
     }
