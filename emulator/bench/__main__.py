@@ -10,9 +10,9 @@ import time
 
 import click
 
-from . import fabric, faults
+from . import congestion, fabric, faults
 
-SECTIONS = {"fabric": fabric.run, "faults": faults.run}
+SECTIONS = {"fabric": fabric.run, "faults": faults.run, "congestion": congestion.run}
 
 
 @click.command()
