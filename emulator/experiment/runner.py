@@ -166,6 +166,7 @@ def _flow_summary(f: FlowRun, t0: float, dilation: float) -> dict[str, Any]:
         "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
         **{k: r.get(k, 0) for k in ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx",
                                     "cnps_tx")},
+        "spines": sorted({q.get("spine") for q in r.get("qps", []) if q.get("spine")}),
         "rate_series": analysis.rates(f.series),
     }
 

@@ -45,8 +45,11 @@ def test_pause_storm_spreads_stalls_others_and_recovers(cc, tmp_path):
     paused = {k.split(":")[0] for k in r["pfc"]["paused_s"]}  # nodes whose egress was paused
     assert {"spine1", "spine2"} & paused, paused  # leaf3 paused its spines ...
     assert paused & {"leaf1", "leaf2"}, paused  # ... which paused the leaves upstream: it spread
+    stuck_spines = {s for f in r["flows"] if f["dst"] == "decode1" for s in f["spines"]}
+    if stuck_spines != {"spine1", "spine2"}:  # 8 QPs all hashed onto one spine: 1 run in 128
+        pytest.skip(f"the stuck flows only crossed {stuck_spines}")
     unrelated = next(f for f in r["flows"] if f["name"] == "unrelated")
-    assert _stalled(unrelated, 1.5, 5.5)  # decode3 was never congested, yet its flow stopped
+    assert _stalled(unrelated, 1.8, 5.5)  # decode2 kept draining, yet its flow stopped behind decode1's
 
 
 def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(tmp_path):
