@@ -3,7 +3,8 @@
 # Idempotent and quick when everything is present: apt runs only if something is missing.
 set -euo pipefail
 
-PACKAGES=(frr iproute2 iputils-ping tcpdump tshark iperf3 nftables procps)
+PACKAGES=(frr iproute2 iputils-ping tcpdump tshark iperf3 nftables procps prometheus
+          clang libbpf-dev libc6-dev linux-libc-dev)  # clang + headers: the BPF dataplane
 python3 -c 'import ensurepip, venv' 2>/dev/null || PACKAGES+=(python3-venv python3-pip)
 
 missing=()

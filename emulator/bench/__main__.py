@@ -10,9 +10,10 @@ import time
 
 import click
 
-from . import congestion, fabric, faults
+from . import congestion, engine, fabric, faults
 
-SECTIONS = {"fabric": fabric.run, "faults": faults.run, "congestion": congestion.run}
+SECTIONS = {"fabric": fabric.run, "engine": engine.run, "faults": faults.run,
+            "congestion": congestion.run}
 
 
 @click.command()

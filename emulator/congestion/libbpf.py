@@ -58,9 +58,19 @@ def _check(ret: int, what: str) -> int:
     return ret
 
 
+def _multiarch() -> str:
+    """x86_64-linux-gnu and friends: where Debian/Ubuntu keep asm/types.h."""
+    import platform
+    import sysconfig
+
+    return (sysconfig.get_config_var("MULTIARCH")
+            or next((str(p.name) for p in Path("/usr/include").glob(f"{platform.machine()}-linux-*")),
+                    f"{platform.machine()}-linux-gnu"))
+
+
 def compile_object(source: Path, out: Path) -> Path:
     """clang -target bpf; the multiarch include dir holds asm/types.h on Debian/Ubuntu."""
-    multiarch = subprocess.run(["cc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
+    multiarch = _multiarch()
     argv = ["clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{multiarch}", "-c",
             str(source), "-o", str(out)]
     try:

@@ -4,6 +4,14 @@ One `Endpoint` per host namespace: it owns the clock (time.monotonic), demuxes
 received segments to QPs by destination QPN (and checks the source address),
 sends what the QPs produce with the right TOS, and waits in select() only
 when no QP has anything to do before its next timer.
+
+One turn (`step`) receives a batch -- until the socket is empty, or at most
+`rx_batch` datagrams so that ACKs are not held back behind a long receive --
+then lets every QP send, building datagrams straight into the transport's
+send batch and handing them over with one sendmmsg. The clock is read once
+per half turn, not per packet. A turn that moved nothing blocks in select()
+until a datagram arrives or the next QP timer is due, so an engine whose
+windows are full and who only waits for ACKs sleeps instead of spinning.
 """
 
 from __future__ import annotations
@@ -18,10 +26,11 @@ from emulator.errors import EngineError
 from emulator.roce.fastpath import FrameBuilder, Segment
 from emulator.roce.headers import Ecn, Opcode, udp_source_port
 from emulator.roce.rc import QueuePair
-from emulator.roce.transport import Transport
+from emulator.roce.transport import SLOT_SIZE, Transport
 
 CNP_DSCP = 48  # NVIDIA default: CNPs on their own strict-priority class
-_RX_BATCH = 128  # datagrams handled before QPs get a turn to send
+RX_BATCH = 32  # datagrams handled before QPs get a turn to send (their ACKs among it)
+_CNP = int(Opcode.CNP)
 
 
 @dataclass
@@ -30,6 +39,7 @@ class _Flow:
     peer_ip: str
     peer_addr: int  # peer_ip as the integer `parse` reports in src_ip
     builder: FrameBuilder
+    address: int  # the transport's handle for peer_ip
 
 
 class Endpoint:
@@ -40,9 +50,11 @@ class Endpoint:
     """
 
     def __init__(self, transport: Transport, *, dscp: int = 0, ecn: Ecn = Ecn.ECT0,
-                 budget: int = 64, drop: Callable[[Segment], bool] | None = None):
+                 budget: int = 64, drop: Callable[[Segment], bool] | None = None,
+                 rx_batch: int = RX_BATCH):
         self.transport = transport
         self.budget = budget
+        self.rx_batch = rx_batch
         self.injected_drops = 0
         self.unknown_qp = 0
         self._tos, self._cnp_tos = dscp << 2 | ecn, CNP_DSCP << 2
@@ -56,8 +68,12 @@ class Endpoint:
         sport = udp_source_port(qp.qpn, qp.config.remote_qpn)
         builder = FrameBuilder(self.transport.local_ip, peer_ip, sport,
                                max_payload=qp.config.mtu)
+        if builder.max_datagram > SLOT_SIZE:
+            raise EngineError(f"QP {qp.qpn:#x}: datagrams of {builder.max_datagram} bytes "
+                              f"do not fit the {SLOT_SIZE}-byte send slots")
         addr = int.from_bytes(socket.inet_aton(peer_ip), "big")
-        self._flows[qp.qpn] = _Flow(qp, peer_ip, addr, builder)
+        self._flows[qp.qpn] = _Flow(qp, peer_ip, addr, builder,
+                                    self.transport.address(peer_ip))
 
     def remove(self, qpn: int) -> QueuePair | None:
         """Stop serving a QP (segments for it then count as `unknown_qp`)."""
@@ -90,29 +106,36 @@ class Endpoint:
             self.step(max_wait=0.01)
 
     def _receive(self) -> int:
+        recv, flows = self.transport.recv, self._flows
         now = time.monotonic()
-        for count in range(_RX_BATCH):
-            seg = self.transport.recv()
+        count = 0
+        while count < self.rx_batch:
+            seg = recv()
             if seg is None:
-                return count
-            flow = self._flows.get(seg.dest_qp)
+                break
+            count += 1
+            flow = flows.get(seg.dest_qp)
             if flow is None or seg.src_ip != flow.peer_addr:
                 self.unknown_qp += 1
                 continue
             flow.qp.receive(seg, now)
-        return _RX_BATCH
+        return count
 
     def _send(self) -> int:
         now, sent = time.monotonic(), 0
+        queue, drop, tos, cnp_tos = self.transport.queue, self._drop, self._tos, self._cnp_tos
         for flow in self._flows.values():
-            for seg in flow.qp.poll(now, self.budget):
-                sent += 1
-                if self._drop is not None and self._drop(seg):
+            segs = flow.qp.poll(now, self.budget)
+            if not segs:
+                continue
+            sent += len(segs)
+            builder, address = flow.builder, flow.address
+            for seg in segs:
+                if drop is not None and drop(seg):
                     self.injected_drops += 1
                     continue
-                tos = self._cnp_tos if seg.opcode == Opcode.CNP else self._tos
-                datagram = flow.builder.build(seg, self.transport.next_ip_id(), tos)
-                self.transport.send(datagram, flow.peer_ip)
+                queue(builder, seg, cnp_tos if seg.opcode == _CNP else tos, address)
+        self.transport.flush()
         return sent
 
     def _wait_bound(self, max_wait: float) -> float:

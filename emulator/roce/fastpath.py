@@ -3,7 +3,7 @@
 The engine sends IPv4 datagrams through a raw socket with IP_HDRINCL and
 reads them back from one, so this module turns a `Segment` (the transport
 fields of one packet) into a datagram and back with a handful of
-`struct.pack_into`/`unpack_from` calls on preallocated buffers, `zlib.crc32`
+`struct.pack_into`/`unpack_from` calls on preallocated buffers, `icrc.crc32`
 for the ICRC, and no per-packet allocation beyond the `Segment` and a
 memoryview or two; payloads are copied once, into the send buffer. The
 readable reference is `wire.py`; tests check that both agree byte for byte.
@@ -13,27 +13,26 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
 from typing import NamedTuple
 
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.headers import (
     DEFAULT_PKEY, EXT_LENGTH, IPPROTO_UDP, ROCE_UDP_PORT, Ecn, Opcode,
 )
-from emulator.roce.icrc import ICRC_SIZE, MASKED_SPAN, PSEUDO_LRH_CRC
+from emulator.roce.icrc import ICRC_SIZE, MASKED_SPAN, PSEUDO_LRH_CRC, crc32
 
 MAX_PAYLOAD = 4096
 _RETH_LEN, _AETH_LEN = 16, 4
-# IPv4 (no options) + UDP + BTH, read in one call.
-_HEAD = struct.Struct("!BBHHHBBHI4xHHH2xBBHII")
+# IPv4 (no options) + UDP + BTH, read in one call; fields parse ignores are skipped.
+_HEAD = struct.Struct("!BBH2xH1xB2xI4x2xHH2xBB2xII")
 _MASKED_HEAD = struct.Struct("!BBHHHBBH4s4sHHHHBBHII")  # IPv4 + UDP + BTH
 _IP_FIX = struct.Struct("!BBHHHBBH")  # the first 12 bytes of the IPv4 header
-_U16 = struct.Struct("!H")
 _BTH = struct.Struct("!BBHII")
 _RETH = struct.Struct("!QII")
 _U32 = struct.Struct("!I")
 _ICRC = struct.Struct("<I")
 _ZEROS = bytes(16)
+_CNP = int(Opcode.CNP)
 _new_segment = tuple.__new__  # builds a Segment from a full tuple, skipping keyword handling
 
 
@@ -65,14 +64,15 @@ class FrameBuilder:
     """Builds datagrams of one flow (addresses and UDP port fixed) in place.
 
     The headers are first packed with the ICRC-masked fields already at all
-    ones, so one `zlib.crc32` runs straight over the buffer (no copy), and
+    ones, so one CRC-32 call runs straight over the buffer (no copy), and
     then the masked fields get their real values. `build` returns a view of
     an internal buffer that the next call overwrites: send it first.
     """
 
     def __init__(self, src_ip: str, dst_ip: str, sport: int, *, ttl: int = 64,
                  pkey: int = DEFAULT_PKEY, max_payload: int = MAX_PAYLOAD):
-        self._buf = bytearray(MASKED_SPAN + _RETH_LEN + max_payload + 3 + ICRC_SIZE)
+        self.max_datagram = MASKED_SPAN + _RETH_LEN + max_payload + 3 + ICRC_SIZE
+        self._buf = bytearray(self.max_datagram)
         self._view = memoryview(self._buf)
         self._pkey, self._ttl, self._sport = pkey, ttl, sport
         self._src, self._dst = socket.inet_aton(src_ip), socket.inet_aton(dst_ip)
@@ -82,38 +82,43 @@ class FrameBuilder:
 
     def build(self, seg: Segment, ip_id: int, tos: int = Ecn.ECT0) -> memoryview:
         """The datagram for `seg` with the given IP ident and TOS byte."""
-        payload, buf, opcode = seg.payload, self._buf, seg.opcode
+        return self._view[:self.build_into(seg, ip_id, tos, self._buf)]
+
+    def build_into(self, seg: Segment, ip_id: int, tos: int,
+                   out: bytearray | memoryview) -> int:
+        """Build the datagram for `seg` at the start of `out` (a writable byte
+        buffer of at least `max_datagram` bytes); return its length."""
+        opcode, payload = seg[0], seg[9]  # Segment.opcode, Segment.payload
         n = len(payload)
         pad = -n & 3
         start = MASKED_SPAN + EXT_LENGTH[opcode]
         end = start + n + pad
         total = end + ICRC_SIZE
-        _MASKED_HEAD.pack_into(buf, 0, 0x45, 0xFF, total, ip_id, 0x4000, 0xFF, IPPROTO_UDP,
+        _MASKED_HEAD.pack_into(out, 0, 0x45, 0xFF, total, ip_id, 0x4000, 0xFF, IPPROTO_UDP,
                                0xFFFF, self._src, self._dst, self._sport, ROCE_UDP_PORT,
                                total - 20, 0xFFFF, opcode, pad << 4, self._pkey,
-                               0xFF000000 | seg.dest_qp, seg.ackreq << 31 | seg.psn)
+                               0xFF000000 | seg[1], seg[3] << 31 | seg[2])
         if start != MASKED_SPAN:
-            self._pack_ext(seg, opcode, start)
-        buf[start:start + n] = payload
+            self._pack_ext(seg, opcode, start, out)
+        out[start:start + n] = payload
         if pad:
-            buf[start + n:end] = _ZEROS[:pad]
-        view = self._view
-        _ICRC.pack_into(buf, end, zlib.crc32(view[:end], PSEUDO_LRH_CRC))
+            out[start + n:end] = _ZEROS[:pad]
+        _ICRC.pack_into(out, end, crc32(out[:end], PSEUDO_LRH_CRC))
         s = self._ip_sum + tos + total + ip_id
         s = (s & 0xFFFF) + (s >> 16)
-        _IP_FIX.pack_into(buf, 0, 0x45, tos, total, ip_id, 0x4000, self._ttl, IPPROTO_UDP,
+        _IP_FIX.pack_into(out, 0, 0x45, tos, total, ip_id, 0x4000, self._ttl, IPPROTO_UDP,
                           ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF)
-        _U16.pack_into(buf, 26, 0)  # UDP checksum: none, as rxe sends
-        buf[32] = seg.becn << 6
-        return view[:total]
+        out[26] = out[27] = 0  # UDP checksum: none, as rxe sends
+        out[32] = seg[10] << 6  # BECN
+        return total
 
-    def _pack_ext(self, seg: Segment, opcode: int, at: int) -> None:
+    def _pack_ext(self, seg: Segment, opcode: int, at: int, out: bytearray | memoryview) -> None:
         if at - MASKED_SPAN == _AETH_LEN:
-            _U32.pack_into(self._buf, MASKED_SPAN, seg.syndrome << 24 | seg.msn)
-        elif opcode != Opcode.CNP:
-            _RETH.pack_into(self._buf, MASKED_SPAN, seg.va, seg.rkey, seg.dma_length)
+            _U32.pack_into(out, MASKED_SPAN, seg.syndrome << 24 | seg.msn)
+        elif opcode != _CNP:
+            _RETH.pack_into(out, MASKED_SPAN, seg.va, seg.rkey, seg.dma_length)
         else:
-            self._buf[MASKED_SPAN:at] = _ZEROS
+            out[MASKED_SPAN:at] = _ZEROS
 
 
 def parse(datagram: memoryview) -> Segment:
@@ -126,8 +131,7 @@ def parse(datagram: memoryview) -> Segment:
     n = len(datagram)
     if n < MASKED_SPAN + ICRC_SIZE:
         raise MalformedPacket(f"{n} bytes is shorter than IPv4+UDP+BTH+ICRC")
-    (vihl, tos, total, _ident, frag, _ttl, proto, _csum, src,
-     _sport, dport, ulen, op, flags, _pkey, w1, w2) = _HEAD.unpack_from(datagram)
+    vihl, tos, total, frag, proto, src, dport, ulen, op, flags, w1, w2 = _HEAD.unpack_from(datagram)
     if vihl != 0x45 or proto != IPPROTO_UDP or frag & 0x3FFF or total != n:
         raise MalformedPacket("not an unfragmented IPv4/UDP datagram without options")
     if dport != ROCE_UDP_PORT or ulen != n - 20:
@@ -140,7 +144,7 @@ def parse(datagram: memoryview) -> Segment:
     if stop < start:
         raise MalformedPacket(f"{n}-byte datagram too short for opcode {op:#04x}")
     va = rkey = dlen = syn = msn = 0
-    if ext == _RETH_LEN and op != Opcode.CNP:
+    if ext == _RETH_LEN and op != _CNP:
         va, rkey, dlen = _RETH.unpack_from(datagram, MASKED_SPAN)
     elif ext == _AETH_LEN:
         aeth = _U32.unpack_from(datagram, MASKED_SPAN)[0]

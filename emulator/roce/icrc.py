@@ -17,9 +17,14 @@ copied. The masked offsets, relative to the IPv4 header, are 1 (TOS), 8
 
 from __future__ import annotations
 
-import zlib
+import struct
 
 from emulator.roce.errors import MalformedPacket
+
+try:  # zlib-ng's CRC-32 (carry-less multiply) is ~4x faster than zlib 1.2's on 4 KiB
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # the same function, from the standard library
+    from zlib import crc32
 
 IPV4_HEADER = 20
 UDP_HEADER = 8
@@ -28,8 +33,9 @@ ICRC_SIZE = 4
 MASKED_SPAN = IPV4_HEADER + UDP_HEADER + BTH_SIZE  # bytes copied and masked
 # The CRC of the 8-byte pseudo-LRH, used as the starting value so it never
 # has to be prepended to anything.
-PSEUDO_LRH_CRC = zlib.crc32(b"\xff" * 8)
+PSEUDO_LRH_CRC = crc32(b"\xff" * 8)
 _FF2 = b"\xff\xff"
+_LE32 = struct.Struct("<I")  # the ICRC is sent least significant byte first
 
 
 class IcrcScratch:
@@ -52,13 +58,27 @@ class IcrcScratch:
         buf[10:12] = _FF2  # IPv4 header checksum
         buf[26:28] = _FF2  # UDP checksum
         buf[32] = 0xFF  # BTH FECN, BECN, resv6
-        crc = zlib.crc32(buf, PSEUDO_LRH_CRC)
-        return zlib.crc32(memoryview(datagram)[MASKED_SPAN:end], crc)
+        crc = crc32(buf, PSEUDO_LRH_CRC)
+        return crc32(memoryview(datagram)[MASKED_SPAN:end], crc)
 
     def check(self, datagram: bytes | bytearray | memoryview) -> bool:
         """True if the datagram's trailing ICRC matches its contents."""
         want = int.from_bytes(datagram[-ICRC_SIZE:], "little")
         return self.icrc(datagram) == want
+
+
+def check_in_place(buf: bytearray, length: int) -> bool:
+    """True if the ICRC of the datagram in `buf[:length]` is correct.
+
+    The receive hot path: instead of copying the headers, it sets the
+    masked fields to ones in `buf` itself, so those bytes (TOS, TTL, IPv4
+    and UDP checksums, BTH byte 4) are lost: read them first. `length` must
+    be at least MASKED_SPAN + ICRC_SIZE (`fastpath.parse` checks that).
+    """
+    end = length - ICRC_SIZE
+    want = _LE32.unpack_from(buf, end)[0]
+    buf[1] = buf[8] = buf[10] = buf[11] = buf[26] = buf[27] = buf[32] = 0xFF
+    return crc32(memoryview(buf)[:end], PSEUDO_LRH_CRC) == want
 
 
 def icrc(datagram: bytes | bytearray | memoryview) -> int:

@@ -18,6 +18,8 @@ this side's work requests; the responder (responder.py) serves the peer's.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from emulator.roce.errors import AccessError, QpStateError
 from emulator.roce.fastpath import Segment
 from emulator.roce.headers import Ecn, Opcode
@@ -28,6 +30,9 @@ from emulator.roce.verbs import Completion, QpConfig, QpCounters, QpState, WrKin
 
 _RESPONSES = frozenset({Opcode.READ_RESPONSE_FIRST, Opcode.READ_RESPONSE_MIDDLE,
                         Opcode.READ_RESPONSE_LAST, Opcode.READ_RESPONSE_ONLY})
+# Enum members as plain ints: `receive` compares them once per packet.
+_ACK, _CNP, _CE = int(Opcode.ACK), int(Opcode.CNP), int(Ecn.CE)
+_payload = itemgetter(Segment._fields.index("payload"))
 
 
 class QueuePair:
@@ -87,16 +92,17 @@ class QueuePair:
 
     def receive(self, seg: Segment, now: float) -> None:
         """Process one incoming segment addressed to this QP."""
-        if self.requester.failed is not None:
+        requester = self.requester
+        if requester.failed is not None:
             return
         op = seg.opcode
-        if seg.ecn == Ecn.CE and op != Opcode.CNP:
+        if seg.ecn == _CE and op != _CNP:
             self._congestion_seen(now)
-        if op == Opcode.ACK:
-            self.requester.on_ack(seg, now)
+        if op == _ACK:
+            requester.on_ack(seg, now)
         elif op in _RESPONSES:
-            self.requester.on_read_response(seg, now)
-        elif op == Opcode.CNP:
+            requester.on_read_response(seg, now)
+        elif op == _CNP:
             self.counters.cnps_rx += 1  # reaction point (DCQCN) comes later
         else:
             self.responder.on_request(seg)
@@ -113,8 +119,9 @@ class QueuePair:
             out.append(Segment(Opcode.CNP, self.config.remote_qpn, 0, becn=True))
         self.responder.poll(budget - len(out), out)
         self.requester.poll(now, budget - len(out), out)
-        self.counters.packets_sent += len(out)
-        self.counters.bytes_sent += sum(len(s.payload) for s in out)
+        if out:
+            self.counters.packets_sent += len(out)
+            self.counters.bytes_sent += sum(map(len, map(_payload, out)))
         return out
 
     def next_deadline(self) -> float | None:

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from emulator.errors import EngineError
 from emulator.roce.fastpath import Segment
-from emulator.roce.headers import AckKind, Opcode, Syndrome, ack_kind
+from emulator.roce.headers import AckKind, Opcode, Syndrome
 from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
 from emulator.roce.verbs import (
-    LAST, ONLY, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind, packets_for,
-    position,
+    LAST, MIDDLE, ONLY, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind,
+    packets_for, position,
 )
 
 _NAK_STATUS = {
@@ -34,6 +34,11 @@ _NAK_STATUS = {
 # PSN comparisons hold while less than 2**23 PSNs are in play; stay well inside.
 MAX_QUEUED_PSNS = 1 << 22
 _new_segment = tuple.__new__  # a Segment from a full tuple, without keyword handling
+# Enum members as plain module constants: the hot loops compare them per packet.
+_READ = WrKind.READ
+_WRITE_FIRST, _WRITE_ONLY = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_ONLY)
+_RESPONSE_STARTS = frozenset({int(Opcode.READ_RESPONSE_FIRST), int(Opcode.READ_RESPONSE_ONLY)})
+_ACK_KIND, _NAK_KIND = int(AckKind.ACK), int(AckKind.NAK)
 
 
 @dataclass(slots=True)
@@ -45,6 +50,7 @@ class _Wr:
     local: memoryview  # source (WRITE/SEND) or destination (READ)
     va: int = 0
     rkey: int = 0
+    opcodes: tuple[int, ...] = ()  # by position: ONLY, FIRST, MIDDLE, LAST
 
     def holds(self, psn: int) -> bool:
         return 0 <= psn_diff(psn, self.first) < self.npkts
@@ -73,7 +79,7 @@ class Requester:
         if ((self.tail - self.una) & PSN_MASK) + npkts > MAX_QUEUED_PSNS:
             raise EngineError(f"QP {self.cfg.qpn:#x}: more than {MAX_QUEUED_PSNS} packets "
                               "queued; wait for completions before posting more")
-        self._wrs.append(_Wr(wr_id, kind, self.tail, npkts, local, va, rkey))
+        self._wrs.append(_Wr(wr_id, kind, self.tail, npkts, local, va, rkey, OPCODES[kind]))
         self.tail = psn_add(self.tail, npkts)
 
     @property
@@ -89,21 +95,30 @@ class Requester:
         """Append up to `budget` request packets the window allows."""
         if self._deadline is not None and now >= self._deadline:
             self._on_timeout(now)
-        window, counters = self.cfg.window, self.counters
+        if self.failed is not None:
+            return
+        nxt, tail = self.nxt, self.tail
         # nxt is never behind una, so the masked difference is the distance.
-        while (budget > 0 and self.failed is None and self.nxt != self.tail
-               and (self.nxt - self.una) & PSN_MASK < window):
-            nxt = self.nxt
-            seg, used = self._segment(self._wr_at(nxt), nxt)
-            out.append(seg)
-            if psn_diff(nxt, self._high) < 0:
-                counters.retransmitted_packets += 1
-            self.nxt = nxt = (nxt + used) & PSN_MASK
+        room = self.cfg.window - ((nxt - self.una) & PSN_MASK)
+        while budget > 0 and room > 0 and nxt != tail:
+            wr = self._wr_at(nxt)
+            if wr.kind is _READ:
+                seg, used = self._read_request(wr, nxt)
+                out.append(seg)
+                sent = 1
+            else:
+                used = sent = self._data_packets(wr, nxt, min(budget, room), out)
+            behind = psn_diff(self._high, nxt)  # PSNs here that went out before
+            if behind > 0:
+                self.counters.retransmitted_packets += min(sent, behind)
+            nxt = (nxt + used) & PSN_MASK
             if psn_diff(nxt, self._high) > 0:
                 self._high = nxt
-            budget -= 1
+            budget -= sent
+            room -= used
             if self._deadline is None:
                 self._deadline = now + self._rto
+        self.nxt = nxt
 
     def _wr_at(self, psn: int) -> _Wr:
         """The work request holding `psn`, scanning on from the last one used."""
@@ -111,35 +126,51 @@ class Requester:
             self._tx += 1
         return self._wrs[self._tx]
 
-    def _segment(self, wr: _Wr, psn: int) -> tuple[Segment, int]:
-        """The packet for `psn` of `wr`, and how many PSNs it consumes."""
-        mtu, index = self.cfg.mtu, (psn - wr.first) & PSN_MASK
-        if wr.kind is WrKind.READ:
-            chunk = self.cfg.read_chunk
-            end = min(wr.npkts, (index // chunk + 1) * chunk)
-            length = min(len(wr.local), end * mtu) - index * mtu
-            return Segment(Opcode.READ_REQUEST, self.cfg.remote_qpn, psn, False,
-                           wr.va + index * mtu, wr.rkey, length), end - index
-        pos = position(index, wr.npkts)
-        opcode = OPCODES[wr.kind][pos]
-        ackreq = pos == ONLY or pos == LAST or (psn - self.una + 1) & PSN_MASK >= self.cfg.window
-        payload = wr.local[index * mtu:(index + 1) * mtu]
-        reth = opcode == Opcode.WRITE_FIRST or opcode == Opcode.WRITE_ONLY
-        return _new_segment(Segment, (
-            opcode, self.cfg.remote_qpn, psn, ackreq, wr.va if reth else 0,
-            wr.rkey if reth else 0, len(wr.local) if reth else 0, 0, 0, payload, False, 0, 0,
-        )), 1
+    def _read_request(self, wr: _Wr, psn: int) -> tuple[Segment, int]:
+        """The READ REQUEST for the chunk of `wr` at `psn`, and the PSNs it consumes."""
+        mtu, index, chunk = self.cfg.mtu, (psn - wr.first) & PSN_MASK, self.cfg.read_chunk
+        end = min(wr.npkts, (index // chunk + 1) * chunk)
+        length = min(len(wr.local), end * mtu) - index * mtu
+        return Segment(Opcode.READ_REQUEST, self.cfg.remote_qpn, psn, False,
+                       wr.va + index * mtu, wr.rkey, length), end - index
+
+    def _data_packets(self, wr: _Wr, psn: int, limit: int, out: list[Segment]) -> int:
+        """Append up to `limit` WRITE/SEND packets of `wr` from `psn` on; return how many.
+
+        The hot loop of the sender: MIDDLE packets are built inline; AckReq
+        goes on the last packet of the message and on the one filling the window.
+        """
+        mtu, npkts, first, local = self.cfg.mtu, wr.npkts, wr.first, wr.local
+        rqpn, ops, last = self.cfg.remote_qpn, wr.opcodes, npkts - 1
+        fill = (self.una + self.cfg.window - 1) & PSN_MASK
+        index = (psn - first) & PSN_MASK
+        stop = min(npkts, index + limit)
+        middle, append = ops[MIDDLE], out.append
+        for i in range(index, stop):
+            p = (first + i) & PSN_MASK
+            if 0 < i < last:
+                append(_new_segment(Segment, (middle, rqpn, p, p == fill, 0, 0, 0, 0, 0,
+                                              local[i * mtu:i * mtu + mtu], False, 0, 0)))
+                continue
+            pos = position(i, npkts)
+            opcode = ops[pos]
+            reth = opcode == _WRITE_FIRST or opcode == _WRITE_ONLY
+            append(_new_segment(Segment, (
+                opcode, rqpn, p, pos == ONLY or pos == LAST or p == fill,
+                wr.va if reth else 0, wr.rkey if reth else 0, len(local) if reth else 0,
+                0, 0, local[i * mtu:i * mtu + mtu], False, 0, 0)))
+        return stop - index
 
     # -- receive -----------------------------------------------------------
 
     def on_ack(self, seg: Segment, now: float) -> None:
-        kind = ack_kind(seg.syndrome)
-        if kind is AckKind.ACK:
+        kind = seg.syndrome >> 5 & 3  # an AckKind, compared as int on this path
+        if kind == _ACK_KIND:
             self.counters.acks_rx += 1
             if not self._acked_through(seg.psn, now):
                 self.counters.unexpected_acks += 1
             return
-        if kind is not AckKind.NAK or not self._outstanding(seg.psn):
+        if kind != _NAK_KIND or not self._outstanding(seg.psn):
             self.counters.unexpected_acks += 1
             return
         self.counters.naks_rx += 1
@@ -150,26 +181,27 @@ class Requester:
             self._fail(_NAK_STATUS.get(seg.syndrome, WcStatus.REMOTE_OPERATIONAL_ERROR))
 
     def on_read_response(self, seg: Segment, now: float) -> None:
-        if seg.opcode in (Opcode.READ_RESPONSE_FIRST, Opcode.READ_RESPONSE_ONLY):
-            self._acked_through(psn_add(seg.psn, -1), now)  # implicit ACK of earlier requests
-        ahead = psn_diff(seg.psn, self.una)
-        if ahead < 0:
-            self.counters.duplicates += 1
-            return
-        if ahead > 0:
-            self.counters.out_of_sequence += 1
-            self._implied_nak()
+        psn, payload = seg.psn, seg.payload
+        if seg.opcode in _RESPONSE_STARTS:
+            self._acked_through(psn_add(psn, -1), now)  # implicit ACK of earlier requests
+        if psn != self.una:
+            if psn_diff(psn, self.una) < 0:
+                self.counters.duplicates += 1
+            else:
+                self.counters.out_of_sequence += 1
+                self._implied_nak()
             return
         wr = self._wrs[0] if self._wrs else None
-        offset = psn_diff(seg.psn, wr.first) * self.cfg.mtu if wr else 0
-        if (wr is None or wr.kind is not WrKind.READ
-                or len(seg.payload) != min(self.cfg.mtu, len(wr.local) - offset)):
+        mtu = self.cfg.mtu
+        offset = ((psn - wr.first) & PSN_MASK) * mtu if wr else 0
+        n = len(payload)
+        if wr is None or wr.kind is not _READ or n != min(mtu, len(wr.local) - offset):
             self.counters.unexpected_acks += 1
             return
-        wr.local[offset:offset + len(seg.payload)] = seg.payload
+        wr.local[offset:offset + n] = payload
         self.counters.rx_packets += 1
-        self.counters.rx_bytes += len(seg.payload)
-        self._advance(psn_add(seg.psn, 1), now)
+        self.counters.rx_bytes += n
+        self._advance((psn + 1) & PSN_MASK, now)
 
     def _outstanding(self, psn: int) -> bool:
         """Sent at least once and not yet acknowledged (a go-back may have
@@ -204,13 +236,14 @@ class Requester:
             return
         self.una = una
         self._retries, self._rto, self._nak_hold = 0, self.cfg.rto, None
-        while self._wrs and psn_diff(self.una, self._wrs[0].first) >= self._wrs[0].npkts:
-            wr = self._wrs.popleft()
+        wrs = self._wrs
+        while wrs and psn_diff(una, wrs[0].first) >= wrs[0].npkts:
+            wr = wrs.popleft()
             self._tx = max(0, self._tx - 1)
             self._complete(Completion(wr.wr_id, wr.kind, WcStatus.SUCCESS, len(wr.local)))
-        if psn_diff(self.nxt, self.una) < 0:  # responses overtook a go-back
-            self.nxt, self._tx = self.una, 0
-        self._deadline = None if self.una == self.nxt else now + self._rto
+        if psn_diff(self.nxt, una) < 0:  # responses overtook a go-back
+            self.nxt, self._tx = una, 0
+        self._deadline = None if una == self.nxt else now + self._rto
 
     def _implied_nak(self) -> None:
         """Go back to `una` once per stall: a READ response or ACK skipped data."""

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from emulator.roce.fastpath import Segment
 from emulator.roce.headers import Opcode, Syndrome
 from emulator.roce.memory import Access, MemoryTable
-from emulator.roce.psn import psn_add, psn_diff
+from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
 from emulator.roce.verbs import (
-    FIRST, LAST, MIDDLE, ONLY, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind,
-    packets_for, position,
+    MIDDLE, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind, packets_for, position,
 )
 
 _STARTS = {Opcode.WRITE_FIRST: WrKind.WRITE, Opcode.WRITE_ONLY: WrKind.WRITE,
@@ -32,7 +31,10 @@ _STARTS = {Opcode.WRITE_FIRST: WrKind.WRITE, Opcode.WRITE_ONLY: WrKind.WRITE,
 _CONTINUES = {Opcode.WRITE_MIDDLE: WrKind.WRITE, Opcode.WRITE_LAST: WrKind.WRITE,
               Opcode.SEND_MIDDLE: WrKind.SEND, Opcode.SEND_LAST: WrKind.SEND}
 _ENDS = {Opcode.WRITE_ONLY, Opcode.WRITE_LAST, Opcode.SEND_ONLY, Opcode.SEND_LAST}
-_AETH_AT = (ONLY, FIRST, LAST)
+_READ_OPS = OPCODES[WrKind.READ]
+_SYNDROME_ACK = int(Syndrome.ACK)
+_new_segment = tuple.__new__  # a Segment from a full tuple, without keyword handling
+_WRITE, _WRITE_MIDDLE = WrKind.WRITE, int(Opcode.WRITE_MIDDLE)
 
 
 @dataclass(slots=True)
@@ -75,7 +77,12 @@ class Responder:
 
     def on_request(self, seg: Segment) -> None:
         if seg.psn == self.epsn:
-            self._accept(seg)
+            msg = self._msg
+            if (msg is not None and seg.opcode == _WRITE_MIDDLE and msg.kind is _WRITE
+                    and self._place_middle(msg, seg.payload)):
+                self._accepted(seg.ackreq)
+            else:
+                self._accept(seg)
         elif psn_diff(seg.psn, self.epsn) < 0:
             self._duplicate(seg)
         else:
@@ -92,12 +99,28 @@ class Responder:
         used = self._read(seg) if kind is WrKind.READ else self._place(seg, kind)
         if not used:
             return
-        self.epsn = psn_add(self.epsn, used)
+        self._accepted(seg.ackreq, used, kind is WrKind.READ)
+
+    def _accepted(self, ackreq: bool, used: int = 1, read: bool = False) -> None:
+        """Book an accepted request of `used` PSNs; ACK on AckReq or every
+        `ack_every` packets (a READ's responses acknowledge it: count afresh)."""
+        self.epsn = (self.epsn + used) & PSN_MASK
         self._nak_sent = self._dup_acked = False
         self.counters.rx_packets += 1
-        self._unacked = 0 if kind is WrKind.READ else self._unacked + 1
-        if seg.ackreq or self._unacked >= self.cfg.ack_every:
+        self._unacked = 0 if read else self._unacked + 1
+        if ackreq or self._unacked >= self.cfg.ack_every:
             self._queue_ack()
+
+    def _place_middle(self, msg: _Inbound, payload: memoryview) -> bool:
+        """The hot path: a full-MTU WRITE MIDDLE continuing `msg`, placed.
+        False (nothing done) if it needs the full checks of `_place`."""
+        n, done = len(payload), msg.done
+        if n != self.cfg.mtu or done + n > len(msg.dest):
+            return False
+        msg.dest[done:done + n] = payload
+        msg.done = done + n
+        self.counters.rx_bytes += n
+        return True
 
     def _place(self, seg: Segment, kind: WrKind) -> int:
         """Put WRITE/SEND payload in place; 1 PSN used, or 0 if refused (NAK queued)."""
@@ -222,17 +245,19 @@ class Responder:
 
     def _respond(self, job: _ReadJob, budget: int, out: list[Segment]) -> bool:
         """Emit up to `budget` responses of `job`; True when it is finished."""
-        mtu, ops, qpn = self.cfg.mtu, OPCODES[WrKind.READ], self.cfg.remote_qpn
-        while budget > 0 and job.sent < job.npkts:
-            i = job.sent
-            pos = position(i, job.npkts)
-            payload = job.src[i * mtu:(i + 1) * mtu]
-            psn = psn_add(job.first, i)
-            if pos in _AETH_AT:
-                out.append(Segment(ops[pos], qpn, psn, syndrome=Syndrome.ACK, msn=job.msn,
-                                   payload=payload))
-            else:
-                out.append(Segment(ops[MIDDLE], qpn, psn, payload=payload))
-            job.sent += 1
-            budget -= 1
-        return job.sent >= job.npkts
+        mtu, ops, qpn, msn = self.cfg.mtu, _READ_OPS, self.cfg.remote_qpn, job.msn
+        src, first, npkts, last = job.src, job.first, job.npkts, job.npkts - 1
+        start = job.sent
+        stop = min(npkts, start + budget)
+        append = out.append
+        for i in range(start, stop):
+            payload = src[i * mtu:i * mtu + mtu]
+            psn = (first + i) & PSN_MASK
+            if 0 < i < last:  # MIDDLE: no AETH
+                append(_new_segment(Segment, (ops[MIDDLE], qpn, psn, False, 0, 0, 0, 0, 0,
+                                              payload, False, 0, 0)))
+            else:  # FIRST, LAST, ONLY carry an AETH
+                append(_new_segment(Segment, (ops[position(i, npkts)], qpn, psn, False, 0, 0,
+                                              0, _SYNDROME_ACK, msn, payload, False, 0, 0)))
+        job.sent = max(start, stop)
+        return job.sent >= npkts

@@ -13,11 +13,20 @@ Two sockets, created in whatever network namespace the calling thread is in:
 
 Every received datagram is parsed and ICRC-checked here; malformed or
 corrupted ones are counted and dropped, never handed to a queue pair.
+
+Sending has two forms: `send` for one ready datagram, and the batch the
+endpoint uses on its hot path -- `queue` builds each datagram straight into
+a preallocated slot and `flush` hands them all to the kernel with one
+sendmmsg(2) (through ctypes: the socket module has no sendmmsg). That saves
+the per-datagram system call and socket-call overhead, a quarter of the
+cost of sending on a veth.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import os
 import random
 import socket
 from collections.abc import Callable
@@ -26,14 +35,117 @@ from dataclasses import dataclass, fields
 from emulator.errors import EngineError
 from emulator.roce import bpf
 from emulator.roce.errors import MalformedPacket
-from emulator.roce.fastpath import Segment, parse
+from emulator.roce.fastpath import FrameBuilder, Segment, parse
 from emulator.roce.headers import ROCE_UDP_PORT
-from emulator.roce.icrc import IcrcScratch
+from emulator.roce.icrc import check_in_place
 
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 _BUFFER = 8 << 20  # socket buffers: a full window of 4 KiB packets, many times over
 _TRANSIENT = (errno.EAGAIN, errno.ENOBUFS)
+BATCH = 64  # datagrams per sendmmsg(2)
+SLOT_SIZE = 4160  # bytes per send slot: the largest datagram FrameBuilder makes, rounded up
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _MsgHdr(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
+                ("iov", ctypes.POINTER(_Iovec)), ("iovlen", ctypes.c_size_t),
+                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
+                ("flags", ctypes.c_int)]
+
+
+class _MMsgHdr(ctypes.Structure):
+    _fields_ = [("hdr", _MsgHdr), ("len", ctypes.c_uint)]
+
+
+class _SockaddrIn(ctypes.Structure):
+    _fields_ = [("family", ctypes.c_ushort), ("port", ctypes.c_uint16),
+                ("addr", ctypes.c_uint8 * 4), ("zero", ctypes.c_uint8 * 8)]
+
+
+_sendmmsg = ctypes.CDLL(None, use_errno=True).sendmmsg  # Linux, glibc >= 2.14 or musl
+_sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+_sendmmsg.restype = ctypes.c_int
+
+
+class SendBatch:
+    """Up to `capacity` datagrams for one sendmmsg(2), built in place.
+
+    Each slot of one preallocated buffer has its iovec and message header
+    set up once; adding a datagram only builds it into the slot and sets
+    two numbers (its length and its destination's sockaddr), through flat
+    memoryviews of the ctypes arrays.
+    """
+
+    def __init__(self, capacity: int = BATCH):
+        self.capacity, self.count, self._bytes = capacity, 0, 0
+        self._buf = (ctypes.c_char * (capacity * SLOT_SIZE))()
+        whole = memoryview(self._buf).cast("B")
+        self._slots = [whole[i * SLOT_SIZE:(i + 1) * SLOT_SIZE] for i in range(capacity)]
+        self._iov = (_Iovec * capacity)()
+        self._msgs = (_MMsgHdr * capacity)()
+        for i in range(capacity):
+            self._iov[i].base = ctypes.addressof(self._buf) + i * SLOT_SIZE
+            self._msgs[i].hdr.iov = ctypes.pointer(self._iov[i])
+            self._msgs[i].hdr.iovlen = 1
+            self._msgs[i].hdr.namelen = ctypes.sizeof(_SockaddrIn)
+        # Strided views of the two fields set per datagram, indexed by slot:
+        # iov_len (the second word of each iovec) and msg_name (the first of each header).
+        self._iov_len = memoryview(self._iov).cast("B").cast("N")[
+            _Iovec.len.offset // ctypes.sizeof(ctypes.c_size_t)::
+            ctypes.sizeof(_Iovec) // ctypes.sizeof(ctypes.c_size_t)]
+        self._msg_name = memoryview(self._msgs).cast("B").cast("P")[
+            ::ctypes.sizeof(_MMsgHdr) // ctypes.sizeof(ctypes.c_void_p)]
+        self._addresses: dict[tuple[str, int], _SockaddrIn] = {}
+
+    def address(self, ip: str, port: int = 0) -> int:
+        """A destination handle for `add`: its sockaddr_in, kept alive here."""
+        sa = self._addresses.get((ip, port))
+        if sa is None:
+            sa = _SockaddrIn(socket.AF_INET, socket.htons(port),
+                             (ctypes.c_uint8 * 4)(*socket.inet_aton(ip)))
+            self._addresses[(ip, port)] = sa
+        return ctypes.addressof(sa)
+
+    def add(self, builder: FrameBuilder, seg: Segment, ip_id: int, tos: int,
+            address: int) -> bool:
+        """Build `seg` into the next slot, for `address`; True if now full."""
+        i = self.count
+        self._iov_len[i] = n = builder.build_into(seg, ip_id, tos, self._slots[i])
+        self._msg_name[i] = address
+        self.count = i = i + 1
+        self._bytes += n
+        return i == self.capacity
+
+    def datagram(self, i: int) -> memoryview:
+        """The i-th queued datagram (for tests and tools)."""
+        return self._slots[i][:self._iov_len[i]]
+
+    def send(self, fd: int) -> tuple[int, int, int]:
+        """Send and empty the batch: (datagrams sent, lost, bytes sent).
+
+        A datagram refused with EAGAIN/ENOBUFS (buffer or qdisc full) is
+        lost and the rest still go; any other error raises OSError."""
+        count, nbytes = self.count, self._bytes
+        self.count = self._bytes = 0
+        sent = lost = 0
+        base, size = ctypes.addressof(self._msgs), ctypes.sizeof(_MMsgHdr)
+        while sent + lost < count:
+            done = sent + lost
+            k = _sendmmsg(fd, base + done * size, count - done, 0)
+            if k > 0:
+                sent += k
+                continue
+            err = ctypes.get_errno()
+            if err not in _TRANSIENT:
+                raise OSError(err, os.strerror(err))
+            nbytes -= self._iov_len[done]
+            lost += 1
+        return sent, lost, nbytes
 
 
 @dataclass
@@ -65,7 +177,7 @@ class Transport:
         self._ip_id = random.randrange(1, 0x10000) if ip_id is None else ip_id & 0xFFFF
         self._rx = bytearray(65536)
         self._rxv = memoryview(self._rx)
-        self._icrc = IcrcScratch()
+        self._batch = SendBatch()
         self._raw = self._guard = None
         try:
             self._raw = _open_raw(local_ip)
@@ -89,6 +201,8 @@ class Transport:
     def send(self, datagram: memoryview | bytes, dst_ip: str) -> bool:
         """Send one complete IPv4 datagram; False (and counted) if the kernel
         had no room for it, which the RC layer recovers from like a loss."""
+        if self._batch.count:
+            self.flush()  # keep the order datagrams were handed over in
         try:
             self._raw.sendto(datagram, (dst_ip, 0))  # type: ignore[union-attr]
         except OSError as e:
@@ -105,24 +219,54 @@ class Transport:
 
         The payload is a view into a buffer the next call overwrites.
         """
+        recv_into, rx, rxv, counters = self._raw.recv_into, self._rx, self._rxv, self.counters
         while True:
             try:
-                n = self._raw.recv_into(self._rx, 0, socket.MSG_DONTWAIT)  # type: ignore
+                n = recv_into(rx, 0, socket.MSG_DONTWAIT)  # type: ignore[union-attr]
             except BlockingIOError:
                 return None
-            self.counters.rx_datagrams += 1
-            self.counters.rx_bytes += n
-            view = self._rxv[:n]
+            counters.rx_datagrams += 1
+            counters.rx_bytes += n
             try:
-                seg = parse(view)
+                seg = parse(rxv[:n])
             except MalformedPacket:
-                self.counters.malformed += 1
+                counters.malformed += 1
                 continue
-            if self._icrc.check(view):
+            if check_in_place(rx, n):  # after parse: it overwrites TOS, TTL, checksums
                 return seg
-            self.counters.bad_icrc += 1
+            counters.bad_icrc += 1
             if self.on_bad_icrc is not None:
                 self.on_bad_icrc(seg)
+
+    # -- the batched send path ----------------------------------------------
+
+    def address(self, dst_ip: str) -> int:
+        """A handle on `dst_ip` for `queue` (made once per peer)."""
+        return self._batch.address(dst_ip)
+
+    def queue(self, builder: FrameBuilder, seg: Segment, tos: int, address: int) -> None:
+        """Build `seg` (with the next IP ident) into the send batch; it leaves
+        on `flush`, or at once when the batch is full. `address` is from
+        `address()`; `builder.max_datagram` must be at most SLOT_SIZE."""
+        self._ip_id = ip_id = (self._ip_id + 1) & 0xFFFF or 1  # as next_ip_id()
+        if self._batch.add(builder, seg, ip_id, tos, address):
+            self.flush()
+
+    def flush(self) -> int:
+        """Send every queued datagram; return how many the kernel took.
+
+        A datagram the kernel has no room for is lost and counted, as in
+        `send`; the rest of the batch still goes."""
+        if not self._batch.count:
+            return 0
+        try:
+            sent, lost, nbytes = self._batch.send(self._raw.fileno())  # type: ignore[union-attr]
+        except OSError as e:
+            raise EngineError(f"sending RoCEv2 datagrams: {e.strerror}") from e
+        self.counters.tx_datagrams += sent
+        self.counters.tx_bytes += nbytes
+        self.counters.tx_errors += lost
+        return sent
 
     def close(self) -> None:
         for sock in (self._raw, self._guard):
