@@ -56,6 +56,7 @@ TARGET_RATIO = 0.5
 BUDGET_S = 80.0  # further repeats are skipped past this (the section must stay < 90 s)
 CHILD_TIMEOUT_S = 30.0
 # One core per side when there are two (engine processes and iperf3 alike).
+WINDOW = 512  # request packets in flight: the engine default for unshaped labs
 CPUS = {NS_A: 0, NS_B: 1} if (os.cpu_count() or 1) >= 2 else {NS_A: None, NS_B: None}
 
 
@@ -119,7 +120,8 @@ def _side(me: str, peer: str, case: Case, qpn: int, rqpn: int, sp: int, rp: int)
     from ..roce.transport import Transport
     from ..roce.verbs import QpConfig
 
-    cfg = QpConfig(qpn=qpn, remote_qpn=rqpn, send_psn=sp, recv_psn=rp, mtu=case.payload)
+    cfg = QpConfig(qpn=qpn, remote_qpn=rqpn, send_psn=sp, recv_psn=rp, mtu=case.payload,
+                   window=WINDOW)
     memory = MemoryTable(key_seed=qpn & 0xFF)
     ep = Endpoint(Transport(me))
     qp = QueuePair(cfg, memory)

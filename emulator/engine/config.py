@@ -15,7 +15,7 @@ class EngineConfig:
     dscp: int = ROCE_DSCP
     rto: float = 0.1  # first retransmission timeout, wall seconds
     rto_max: float = 2.0
-    window: int = 128  # request packets outstanding per QP
+    window: int = 512  # request packets outstanding per QP (measured: 128 starves a 1-QP path)
     line_rate_bps: float = 0.0  # 0: unshaped lab, no DCQCN
     dilation: float = 1.0
     dcqcn: str | None = None  # profile name, or None for off
