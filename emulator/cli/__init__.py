@@ -33,9 +33,11 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import down, exec_, fail, heal, kv, render, run, schema, status, transfer, up
+    from . import (down, exec_, fail, graph, heal, kv, metrics, render, run, schema, status, top,
+                   transfer, up)
 
-    for module in (up, down, status, exec_, render, schema, transfer, kv, run, fail, heal):
+    for module in (up, down, status, exec_, render, schema, transfer, kv, run, fail, heal,
+                   metrics, top, graph):
         main.add_command(module.command)
 
 

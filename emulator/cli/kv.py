@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import contextlib
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
 
 from .. import lab, workload
+from ..report import record
 from ..engine.job import DEFAULT_MTU, Job, Op
 from ..kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
 from .progress import byte_progress
@@ -26,9 +29,11 @@ from .progress import byte_progress
 @click.option("--qps", default=1, show_default=True, help="Queue pairs per handoff.")
 @click.option("--mtu", default=DEFAULT_MTU, show_default=True, help="RoCE path MTU.")
 @click.option("--json", "as_json", is_flag=True, help="Print every request and the aggregate as JSON.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Also write DIR/results.json, plots and report.md/report.html.")
 def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,
             pairs: str | None, requests: int, concurrency: int, op: str, qps: int, mtu: int,
-            as_json: bool) -> None:
+            as_json: bool, out: str | None) -> None:
     """KV-cache handoffs from prefill to decode hosts, sized from a model.
 
     Example: rocelab kv clos-2x4 --model llama3-70b --tokens 512 --requests 8 --concurrency 4
@@ -39,12 +44,21 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
     requests = requests or len(pair_list)
     concurrency = concurrency or len(pair_list)
     kv = {"model": model_name, "tokens": tokens, "dtype": dtype, "tokens_per_block": tokens_per_block}
-    job = Job(Op(op), kv=kv, qps=qps, mtu=mtu)
+    job = Job(Op(op), kv=kv, qps=qps, mtu=mtu,
+              extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     layout = KvLayout(model(model_name), tokens, dtype, tokens_per_block)
+    rec = record.Recorder(plan)
     with byte_progress(f"{requests} x {model_name} {tokens} tokens", requests * job.payload_bytes,
-                       quiet=as_json) as tick:
-        res = workload.run_kv(plan, pair_list, job, requests, concurrency, tick)
+                       quiet=as_json) as tick, (rec if out else contextlib.nullcontext()):
+        res = workload.run_kv(plan, pair_list, job, requests, concurrency,
+                              rec.also(tick) if out else tick)
     res["sizing"] = describe(layout)
+    if out:
+        flow = {"name": f"{requests} handoffs (all)",
+                "src": ",".join(sorted({s.name for s, _ in pair_list})),
+                "dst": ",".join(sorted({d.name for _, d in pair_list}))}
+        senders = [(s.name, d.name) for s, d in pair_list[:requests]]
+        record.save(Path(out), rec.results("kv", res, flow, senders), plan)
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
@@ -58,3 +72,5 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
                   f"{a['timeouts']}, bad ICRC drops {a['bad_icrc']}; QPs per spine "
                   f"{a['qps_per_spine']}; integrity " + ("[green]ok[/]" if a["integrity_ok"] else "[red]FAILED[/]"),
                   soft_wrap=True)
+    if out:
+        console.print(f"report: {Path(out) / 'report.html'} (and report.md, plots, results.json)")

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import contextlib
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from .. import lab, workload
+from ..report import record
 from ..units import parse_size
 from ..engine.job import DEFAULT_MTU, Job, Op
 from .progress import byte_progress
@@ -22,22 +25,32 @@ from .progress import byte_progress
 @click.option("--qps", default=1, show_default=True, help="Queue pairs to stripe over.")
 @click.option("--mtu", default=DEFAULT_MTU, show_default=True, help="RoCE path MTU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Also write DIR/results.json, plots and report.md/report.html.")
 def command(name: str, src: str, dst: str, size: str, op: str, qps: int, mtu: int,
-            as_json: bool) -> None:
+            as_json: bool, out: str | None) -> None:
     """Move bytes from SRC to DST over RoCEv2 and verify them end to end.
 
     Example: rocelab transfer clos-2x4 --src prefill1 --dst decode1 --size 64MiB --qps 4
     """
     lab.require_root()
     plan = lab.lab_plan(name)
-    job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu)
+    job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu,
+              extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     s, d = workload.host(plan, src), workload.host(plan, dst, option="--dst")
-    with byte_progress(f"{op} {src} -> {dst}", job.payload_bytes, quiet=as_json) as tick:
-        res = workload.run_transfer(plan, s, d, job, tick)
+    rec = record.Recorder(plan)
+    with byte_progress(f"{op} {src} -> {dst}", job.payload_bytes, quiet=as_json) as tick, \
+            (rec if out else contextlib.nullcontext()):
+        res = workload.run_transfer(plan, s, d, job, rec.also(tick) if out else tick)
+    if out:
+        record.save(Path(out), rec.results("transfer", res, {"name": f"{src} -> {dst}", "src": src,
+                                                             "dst": dst}), plan)
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
     print_transfer(res)
+    if out:
+        Console().print(f"report: {Path(out) / 'report.html'} (and report.md, plots, results.json)")
 
 
 def print_transfer(res: dict) -> None:

@@ -132,7 +132,22 @@ class Engine:
         return {"qps": {q: qp.counters.as_dict() | {"dcqcn": getattr(qp, "dcqcn_state", None)}
                         for q, qp in self.dp.qps.items()},
                 "transport": self.dp.transport.counters.as_dict(),
-                "transfers_done": self.transfers_done}
+                "transfers_done": self.transfers_done,
+                "retired": dict(self.dp.retired), "transfers": self._transfers()}
+
+    def _transfers(self) -> list[dict[str, Any]]:
+        """(data thread) Progress of the transfers this engine initiated, for telemetry."""
+        groups: dict[int, list[int]] = {}
+        for qpn, watch in self.dp.watches.items():
+            groups.setdefault(id(watch), []).append(qpn)
+        out = []
+        for qpns in groups.values():
+            w = self.dp.watches[qpns[0]]
+            out.append({"qpns": sorted(qpns), "peer_ip": self.dp.peers.get(qpns[0]),
+                        "bytes_done": w.bytes_done, "bytes_total": sum(w.lengths.values()),
+                        "bytes_sent": sum(self.dp.qps[q].counters.bytes_sent for q in qpns),
+                        "messages_done": w.completed, "messages": w.expected})
+        return out
 
     # -- the two sides of a transfer ----------------------------------------
 

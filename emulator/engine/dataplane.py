@@ -75,6 +75,8 @@ class DataPlane(threading.Thread):
         self.qps: dict[int, QueuePair] = {}
         self.watches: dict[int, Watch] = {}  # qpn -> watch of the transfer it serves
         self.gaps: dict[int, Gap] = {}
+        self.peers: dict[int, str] = {}  # qpn -> peer address (telemetry: who a transfer is with)
+        self.retired: dict[str, int] = {}  # counters of QPs no longer served, summed (telemetry)
         self._cmds: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._halt = threading.Event()
 
@@ -88,6 +90,7 @@ class DataPlane(threading.Thread):
         """(data thread) Serve a QP; its completions feed `watch`."""
         self.qps[qp.qpn] = qp
         self.gaps[qp.qpn] = Gap()
+        self.peers[qp.qpn] = peer_ip
         self.endpoint.add(qp, peer_ip)
         if watch is not None:
             self.watches[qp.qpn] = watch
@@ -100,7 +103,10 @@ class DataPlane(threading.Thread):
             gap = self.gaps.pop(qpn, Gap())
             self.watches.pop(qpn, None)
             self.endpoint.remove(qpn)
+            self.peers.pop(qpn, None)
             if qp is not None:
+                for k, v in qp.counters.as_dict().items():
+                    self.retired[k] = self.retired.get(k, 0) + v
                 out[qpn] = qp.counters.as_dict() | {"max_rx_gap_s": round(gap.max_gap_s, 6)}
         return out
 

@@ -20,7 +20,7 @@ from ..plan import Plan
 from ..units import parse_size
 from . import actions, analysis
 from .sampler import Sampler, pfc_snapshot
-from .report import report_md
+from . import report
 from .spec import Experiment, Flow, load, parse_duration
 
 Progress = Callable[[str], None]
@@ -78,7 +78,7 @@ def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None
             lab.down(name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out / "report.md").write_text(report_md(results))
+    report.write(out, results, plan)  # report.md, report.html, plots, topology picture
     return results
 
 

@@ -97,6 +97,7 @@ class QueuePair:
             return
         op = seg.opcode
         if seg.ecn == _CE and op != _CNP:
+            self.counters.ce_rx += 1
             self._congestion_seen(now)
         if op == _ACK:
             requester.on_ack(seg, now)

@@ -104,6 +104,7 @@ class QpCounters:
     unexpected_acks: int = 0  # ACK/NAK/response for nothing outstanding
     cnps_tx: int = 0
     cnps_rx: int = 0
+    ce_rx: int = 0  # CE-marked packets that reached this QP (what the notification point saw)
     bad_icrc: int = 0
 
     def as_dict(self) -> dict[str, int]:

@@ -1,0 +1,16 @@
+"""One collector per source, each split into an impure `fetch()` and a pure `parse()`.
+
+A collector is a class with `name`, `__init__(plan)`, `applies()` (does the
+source exist in this lab?), `fetch()` (raw, capturable data: bytes, text,
+JSON) and a static `parse(raw, plan) -> list[Family]`. Fixtures under
+tests/unit/fixtures/metrics are `fetch()` outputs captured from a real lab
+(`rocelab metrics LAB --capture DIR`).
+"""
+
+from __future__ import annotations
+
+from . import bgp, dataplane, engine, interface, lab, qdisc
+
+ALL = (lab.Collector, interface.Collector, qdisc.Collector, dataplane.Collector,
+       bgp.Collector, engine.Collector)
+BY_NAME = {c.name: c for c in ALL}

@@ -1,0 +1,36 @@
+"""Run reports: plots, a topology picture, report.md and a self-contained report.html.
+
+    data.py       results.json (run, transfer, kv) -> ReportData
+    plots.py      per-flow rate, queue depth, pause timeline, latency CDF, ECMP spread
+    topology.py   spines, leaves, hosts and link speeds; the hottest links coloured
+    markdown.py, html.py
+    record.py     sampling ports while `transfer`/`kv --out` run
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..plan import Plan
+from . import data as data_mod
+from . import html, markdown
+
+
+def write(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
+    """Every picture and both reports into `out` (beside results.json); returns the paths."""
+    from . import plots, topology  # matplotlib: ~1 s to import, only when drawing
+
+    out.mkdir(parents=True, exist_ok=True)
+    d = data_mod.load(results)
+    paths = plots.draw_all(d, plan, out)
+    if plan is not None:
+        load = d.link_load() or None
+        for suffix in ("png", "svg"):
+            paths.append(topology.draw(plan, out / f"topology.{suffix}", load, d.duration_s,
+                                       title=d.title))
+    md = out / "report.md"
+    md.write_text(markdown.render(d, "topology.png" if plan is not None else None))
+    page = out / "report.html"
+    page.write_text(html.render(d, out))
+    return paths + [md, page]

@@ -1,0 +1,266 @@
+"""What a report shows, read from any results.json rocelab writes (pure).
+
+Three shapes come in: `rocelab run` (experiment results), and `rocelab
+transfer`/`kv` with `--out` (their JSON plus the same `flows`, `ports` and
+`pfc` keys, see record.py). `ReportData` is the one shape plots, the
+topology picture, report.md and report.html read.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..congestion.model import CNP_TC
+from ..experiment.analysis import rates
+
+
+PLOTS = {  # file -> (title, what it shows)
+    "flow_rates.png": ("Per-flow rate", "each flow's sending rate over time"),
+    "queue_depth.png": ("Queue depth", "egress queue of the busiest ports over time"),
+    "pause_timeline.png": ("PFC pause timeline", "when each port's upstream was paused"),
+    "latency_cdf.png": ("Completion-time CDF", "FCT or handoff latency distribution"),
+    "ecmp_spread.png": ("ECMP spread", "load each spine carried"),
+}
+
+
+@dataclass
+class Flow:
+    name: str
+    src: str
+    dst: str
+    series: list[tuple[float, float]]  # (wall s, bit/s) the engine handed to its NIC
+
+
+@dataclass
+class Headline:
+    label: str
+    value: str
+    real: str = ""  # the same number in real-equivalent time, where it is a duration
+
+
+@dataclass
+class ReportData:
+    kind: str  # experiment | transfer | kv
+    title: str
+    lab: str
+    dilation: float
+    link_rate_bps: float | None  # shaped rate (None: unshaped lab)
+    speed_bps: float | None  # declared speed
+    duration_s: float
+    headline: list[Headline]
+    flows: list[Flow]
+    latencies: list[float]  # FCT or handoff latency, wall seconds
+    latency_label: str
+    ports: list[dict[str, Any]]  # sampled ports (runner/sampler format)
+    paused_s: dict[str, float]  # "node:port:tc" egress paused -> seconds
+    spine_bytes: dict[str, float]  # ECMP spread: bytes each spine forwarded
+    spine_qps: dict[str, int]  # ... or QPs (flows, for experiments) that hashed onto it
+    events: list[dict[str, Any]] = field(default_factory=list)
+    link_bytes: dict[str, float] = field(default_factory=dict)  # "node:port" -> bytes sent
+
+    @property
+    def spine_counts(self) -> str:
+        """What spine_qps counts."""
+        return "flows with a QP on each spine" if self.kind == "experiment" else \
+            "queue pairs hashed onto each spine"
+    tables: dict[str, list[list[str]]] = field(default_factory=dict)  # name -> rows (first: header)
+
+    def real(self, wall_s: float | None) -> str:
+        """A wall duration in real-equivalent time ("" without time dilation: the same)."""
+        return "" if wall_s is None or self.dilation == 1 else _duration(wall_s / self.dilation)
+
+    def link_load(self) -> dict[tuple[str, str], float]:
+        """Bytes each (node, port) sent during the run: the kernel's interface counters
+        where recorded (transfer, kv), else the sampled ports' (experiments)."""
+        if self.link_bytes:
+            return {tuple(k.split(":", 1)): v for k, v in self.link_bytes.items()}  # type: ignore
+        load: dict[tuple[str, str], float] = defaultdict(float)
+        for p in self.ports:
+            load[(p["node"], p["port"])] += p.get("tx_bytes", 0)
+        return dict(load)
+
+
+def _duration(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def _rate(bps: float | None) -> str:
+    return "-" if bps is None else f"{bps / 1e6:.1f} Mbit/s"
+
+
+def load(results: dict[str, Any]) -> ReportData:
+    kind = results.get("kind") or ("experiment" if "experiment" in results else "transfer")
+    dilation = float(results.get("dilation") or 1.0)
+    flows = [Flow(f["name"], f["src"], f["dst"], smoothed([tuple(x) for x in f.get("rate_series", [])]))
+             for f in results.get("flows", [])]
+    ends = [t for f in flows for t, _ in f.series[-1:]]
+    data = ReportData(
+        kind=kind, title=_title(kind, results), lab=results.get("lab", "?"), dilation=dilation,
+        link_rate_bps=results.get("link_rate_bps"), speed_bps=results.get("declared_speed_bps"),
+        duration_s=float(results.get("recorded_s") or max(ends, default=0.0)),
+        headline=[], flows=flows, latencies=[], latency_label="",
+        ports=results.get("ports", []),
+        paused_s=dict((results.get("pfc") or {}).get("paused_s", {})),
+        spine_bytes=_spine_bytes(results.get("ports", []), results.get("link_bytes", {})),
+        spine_qps=_spine_qps(results), events=results.get("events", []),
+        link_bytes=results.get("link_bytes", {}))
+    {"experiment": _experiment, "transfer": _transfer, "kv": _kv}[kind](data, results)
+    return data
+
+
+def binned(series: list[tuple[float, float]], step: float) -> list[tuple[float, float]]:
+    """A cumulative series resampled every `step` s."""
+    if len(series) < 2:
+        return list(series)
+    out, i, t = [], 0, series[0][0]
+    while t < series[-1][0]:
+        while i + 1 < len(series) and series[i + 1][0] <= t:
+            i += 1
+        out.append((round(t, 4), series[i][1]))
+        t += step
+    return out + [series[-1]]
+
+
+def smoothed(rate_series: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Rates averaged over bins of at least 0.1 s. Progress reports from several
+    threads arrive in clumps; a rate over the microseconds between two is a spike."""
+    if len(rate_series) < 3:
+        return rate_series
+    gaps = [b[0] - a[0] for a, b in zip(rate_series, rate_series[1:])]
+    step = max(0.1, statistics.median(gaps))
+    cumulative = [(rate_series[0][0] - gaps[0], 0.0)]
+    for t, bps in rate_series:
+        cumulative.append((t, cumulative[-1][1] + bps * (t - cumulative[-1][0]) / 8))
+    return rates(binned(cumulative, step))
+
+
+def _title(kind: str, r: dict[str, Any]) -> str:
+    if kind == "experiment":
+        return f"{r['experiment']} on lab {r['lab']}"
+    if kind == "kv":
+        return f"kv: {r['aggregate']['transfers']} KV-cache handoffs on lab {r['lab']}"
+    return f"transfer: {r['op']} {r['src']} -> {r['dst']} on lab {r['lab']}"
+
+
+def _spine_bytes(ports: list[dict[str, Any]], link_bytes: dict[str, float]) -> dict[str, float]:
+    """Bytes each spine sent down to the leaves: how ECMP spread the load (sampled data
+    classes on congestion labs, else the recorded interface counters)."""
+    out: dict[str, float] = defaultdict(float)
+    for p in ports:
+        if p["node"].startswith("spine") and p.get("tc") != CNP_TC:
+            out[p["node"]] += p.get("tx_bytes", 0)
+    if not ports:
+        for key, sent in link_bytes.items():
+            if key.startswith("spine"):
+                out[key.split(":")[0]] += sent
+    return dict(sorted(out.items()))
+
+
+def _spine_qps(r: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    transfers = r.get("requests") or ([r] if "qps" in r else [])
+    for t in transfers:
+        for qp in t.get("qps", []):
+            out[qp.get("spine", "?")] += 1
+    for f in r.get("flows", []):  # experiments record the spine(s) each flow's QPs took
+        for spine in f.get("spines", []) if not transfers else []:
+            out[spine] += 1
+    return dict(sorted(out.items()))
+
+
+def _common(d: ReportData, integrity: bool) -> None:
+    if d.link_rate_bps:
+        emulated = f"{(d.speed_bps or 0) / 1e9:g} Gbit/s emulated at {d.link_rate_bps / 1e6:g} Mbit/s"
+        d.headline.append(Headline("links", emulated, f"time dilation D = {d.dilation:g}"))
+    d.headline.append(Headline("integrity", "ok" if integrity else "FAILED"))
+
+
+def _times(d: ReportData, label: str, *wall: float) -> Headline:
+    """A headline of one or more durations, with their real-equivalents."""
+    real = [d.real(w) for w in wall]
+    return Headline(label, " / ".join(f"{w:.3f} s" for w in wall),
+                    " / ".join(real) if any(real) else "")
+
+
+def _goodput(d: ReportData, label: str, gbps: float) -> Headline:
+    return Headline(label, f"{gbps * 1e3:.1f} Mbit/s",
+                    f"{gbps * d.dilation:.1f} Gbit/s real-equivalent")
+
+
+def _errors(c: dict[str, Any]) -> Headline:
+    return Headline("retransmitted / NAKs / timeouts",
+                    f"{c['retransmitted_packets']} / {c['naks_rx']} / {c['timeouts']}")
+
+
+def _experiment(d: ReportData, r: dict[str, Any]) -> None:
+    _common(d, r["integrity_ok"])
+    fcts = [f["fct_s"] for f in r["flows"] if f.get("fct_s")]
+    d.latencies, d.latency_label = fcts, "flow completion time"
+    if fcts:
+        d.headline.append(_times(d, "FCT p50 / max", _p(fcts, 50), max(fcts)))
+    s = r["steady"]
+    d.headline.append(Headline("steady-state fairness (Jain)", f"{s['jain']:.3f}",
+                               f"{s['from_s']:.1f}-{s['to_s']:.1f} s wall"))
+    if d.link_rate_bps:
+        p = r["pfc"]
+        reaction = f"reaction p50 {p['reaction_us_p50']} us, p99 {p['reaction_us_p99']} us"
+        d.headline += [Headline("PFC pauses", str(p["pauses"]), reaction if p["pauses"] else ""),
+                       Headline("lossless-class drops", str(r["lossless_drops"])),
+                       Headline("CE marks (switches)",
+                                str(sum(x.get("ce_marked", 0) for x in d.ports)))]
+    d.tables["flows"] = drop_empty([["flow", "src -> dst", "bytes", "FCT (wall)",
+                                      "FCT (real-equiv)", "goodput", "CNPs", "retransmitted",
+                                      "integrity"]] + [
+        [f["name"], f"{f['src']} -> {f['dst']}", str(f["bytes"]),
+         "-" if f["fct_s"] is None else f"{f['fct_s']:.3f} s", d.real(f["fct_s"]),
+         _rate(f["goodput_bps"]), str(f["cnps_rx"]), str(f["retransmitted_packets"]),
+         "ok" if f["integrity_ok"] else str(f["error"] or "FAILED")] for f in r["flows"]])
+
+
+def _transfer(d: ReportData, r: dict[str, Any]) -> None:
+    _common(d, r["integrity_ok"])
+    d.latencies, d.latency_label = [r["handoff_s"]], "handoff latency (QP setup + data)"
+    d.headline += [Headline("bytes", f"{r['bytes']}"),
+                   _times(d, "data phase", r["duration_s"]),
+                   _times(d, "handoff (incl. QP setup)", r["handoff_s"]),
+                   _goodput(d, "goodput", r["goodput_gbps"]), _errors(r)]
+    d.tables["queue pairs"] = [["QPN", "UDP sport", "spine", "retransmitted", "CNPs rx"]] + [
+        [hex(q["qpn"]), str(q["udp_sport"]), q.get("spine", "?"), str(q["retransmitted_packets"]),
+         str(q.get("cnps_rx", 0))] for q in r["qps"]]
+
+
+def _kv(d: ReportData, r: dict[str, Any]) -> None:
+    a = r["aggregate"]
+    _common(d, a["integrity_ok"])
+    d.latencies = [q["handoff_s"] for q in r["requests"]]
+    d.latency_label = "handoff latency (QP setup + data)"
+    wall = _times(d, "handoffs", a["wall_s"])
+    d.headline += [Headline("sizing", r.get("sizing", "")),
+                   Headline(wall.label, f"{a['transfers']}, {a['bytes']} bytes in {wall.value}",
+                            wall.real),
+                   _goodput(d, "aggregate goodput", a["goodput_gbps"]),
+                   _times(d, "handoff p50 / p99 / max", a["handoff_p50_s"], a["handoff_p99_s"],
+                          a["handoff_max_s"]), _errors(a)]
+    d.tables["handoffs"] = drop_empty([["request", "src -> dst", "handoff (wall)", "real-equiv",
+                                         "goodput", "integrity"]] + [
+        [str(q["request"]), f"{q['src']} -> {q['dst']}", f"{q['handoff_s']:.3f} s",
+         d.real(q["handoff_s"]), _rate(q["goodput_gbps"] * 1e9),
+         "ok" if q["integrity_ok"] else "FAILED"] for q in r["requests"]])
+
+
+def drop_empty(rows: list[list[str]]) -> list[list[str]]:
+    """Without columns that are empty in every row (real-equivalent times, D = 1)."""
+    keep = [i for i in range(len(rows[0])) if len(rows) == 1 or any(r[i] for r in rows[1:])]
+    return [[r[i] for i in keep] for r in rows]
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
