@@ -52,3 +52,8 @@ $R exec "$LAB" leaf1 -- ip route show match "$dst"
 step "rocelab down $LAB"
 $R down "$LAB"
 trap - EXIT
+
+step "the default experiment: a 4:1 KV-cache incast on the congestion plane (400G emulated at 100 Mbit/s, ECN + PFC + DCQCN)"
+OUT=${DEMO_OUT:-out/demo-incast}
+$R run experiments/incast.yaml --out "$OUT" --name "$LAB-cc"
+echo "report: $OUT/report.html (plots and topology picture beside it)"
