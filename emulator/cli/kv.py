@@ -9,8 +9,9 @@ from rich.console import Console
 
 from .. import lab, workload
 from ..report import record
-from ..engine.job import DEFAULT_MTU, Job, Op
+from ..engine.job import Job, Op
 from ..kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
+from .options import engine_options
 from .progress import byte_progress
 
 
@@ -24,13 +25,8 @@ from .progress import byte_progress
 @click.option("--pairs", help="SRC:DST,... (default: prefill1:decode1, prefill2:decode2, ...).")
 @click.option("--requests", default=0, help="Handoffs to run (default: one per pair).")
 @click.option("--concurrency", default=0, help="Handoffs at once (default: one per pair).")
-@click.option("--op", type=click.Choice([o.value for o in Op]), default="write", show_default=True,
-              help="write: prefill pushes; read: decode pulls (NIXL style).")
-@click.option("--qps", default=1, show_default=True, help="Queue pairs per handoff.")
-@click.option("--mtu", default=DEFAULT_MTU, show_default=True, help="RoCE path MTU.")
 @click.option("--json", "as_json", is_flag=True, help="Print every request and the aggregate as JSON.")
-@click.option("--out", type=click.Path(file_okay=False),
-              help="Also write DIR/results.json, plots and report.md/report.html.")
+@engine_options
 def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,
             pairs: str | None, requests: int, concurrency: int, op: str, qps: int, mtu: int,
             as_json: bool, out: str | None) -> None:

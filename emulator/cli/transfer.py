@@ -11,7 +11,8 @@ from rich.table import Table
 from .. import lab, workload
 from ..report import record
 from ..units import parse_size
-from ..engine.job import DEFAULT_MTU, Job, Op
+from ..engine.job import Job, Op
+from .options import engine_options
 from .progress import byte_progress
 
 
@@ -20,13 +21,8 @@ from .progress import byte_progress
 @click.option("--src", required=True, help="Prefill host (where the data is).")
 @click.option("--dst", required=True, help="Decode host (where it must land).")
 @click.option("--size", required=True, help="Bytes: 64MiB, 1GiB, 500MB, 4096.")
-@click.option("--op", type=click.Choice([o.value for o in Op]), default="write", show_default=True,
-              help="write: src pushes; read: dst pulls (NIXL style).")
-@click.option("--qps", default=1, show_default=True, help="Queue pairs to stripe over.")
-@click.option("--mtu", default=DEFAULT_MTU, show_default=True, help="RoCE path MTU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--out", type=click.Path(file_okay=False),
-              help="Also write DIR/results.json, plots and report.md/report.html.")
+@engine_options
 def command(name: str, src: str, dst: str, size: str, op: str, qps: int, mtu: int,
             as_json: bool, out: str | None) -> None:
     """Move bytes from SRC to DST over RoCEv2 and verify them end to end.
