@@ -203,11 +203,15 @@ def test_counters_agree_with_each_other(cc, exporter):
         host_ce = sum(v for k, v in m["rocelab_dataplane_rx_ce_packets_total"].items()
                       if dict(k)["port"] == "eth0")
         engine_ce = sum(m.get("rocelab_engine_qp_ce_received_packets_total", {}).values())
-        return (m, switch_ce, host_ce) if switch_ce == host_ce == engine_ce else None
+        # Engines see every marked frame that reaches a live QP; a frame for a QP
+        # already torn down after its transfer (a late retransmission) is not theirs.
+        engines_agree = host_ce - max(2, host_ce // 100) <= engine_ce <= host_ce
+        return (m, switch_ce, host_ce, engine_ce) if switch_ce == host_ce and engines_agree else None
 
-    m, switch_ce, host_ce = poll(settled, timeout=15, interval=0.5,
-                                 what="CE marked == CE at host ports == CE seen by engines")
-    assert switch_ce > 0
+    m, switch_ce, host_ce, engine_ce = poll(
+        settled, timeout=15, interval=0.5,
+        what="CE marked == CE at host ports, and CE seen by engines within 1 % of it")
+    assert switch_ce > 0 and engine_ce > 0
     tx, rx = m["rocelab_interface_tx_bytes_total"], m["rocelab_interface_rx_bytes_total"]
     for host in cc.plan.hosts:
         sent = by(tx, node=host.name, port="eth0")
