@@ -206,11 +206,17 @@ def test_counters_agree_with_each_other(cc, exporter):
         # Engines see every marked frame that reaches a live QP; a frame for a QP
         # already torn down after its transfer (a late retransmission) is not theirs.
         engines_agree = host_ce - max(2, host_ce // 100) <= engine_ce <= host_ce
+        seen.update(switch=switch_ce, host=host_ce, engines=engine_ce)
         return (m, switch_ce, host_ce, engine_ce) if switch_ce == host_ce and engines_agree else None
 
-    m, switch_ce, host_ce, engine_ce = poll(
-        settled, timeout=15, interval=0.5,
-        what="CE marked == CE at host ports, and CE seen by engines within 1 % of it")
+    seen: dict = {}
+
+    try:
+        m, switch_ce, host_ce, engine_ce = poll(
+            settled, timeout=15, interval=0.5,
+            what="CE marked == CE at host ports, and CE seen by engines within 1 % of it")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last counts {seen}") from None
     assert switch_ce > 0 and engine_ce > 0
     tx, rx = m["rocelab_interface_tx_bytes_total"], m["rocelab_interface_rx_bytes_total"]
     for host in cc.plan.hosts:

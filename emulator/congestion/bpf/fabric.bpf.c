@@ -125,7 +125,7 @@ static __always_inline void red_mark(struct __sk_buff *skb, struct parsed *p, st
     __u8 ecn = p->ip->tos & 3;
     if (!ecn)
         return;
-    s->ecn_capable++;
+    __sync_fetch_and_add(&s->ecn_capable, 1);  // atomic: both CPUs may serve one port
     __u32 tc = p->tc;
     if (!c->ecn_on || c->kmax[tc] == 0 || depth <= c->kmin[tc] || ecn == 3)
         return;
@@ -135,7 +135,7 @@ static __always_inline void red_mark(struct __sk_buff *skb, struct parsed *p, st
         prob = (__u32)(((__u64)c->pmax[tc] * (__u64)(depth - c->kmin[tc])) / (span ? span : 1));
     }
     if (bpf_get_prandom_u32() <= prob && bpf_skb_ecn_set_ce(skb))
-        s->ce_marked++;
+        __sync_fetch_and_add(&s->ce_marked, 1);
 }
 
 SEC("tc")
@@ -159,8 +159,8 @@ int fabric_egress(struct __sk_buff *skb) {
     __s64 depth = __sync_fetch_and_add(&s->queued, skb->len) + skb->len;
     if (depth > 0 && (__u64)depth > s->max_queued)
         s->max_queued = depth;
-    s->tx_packets++;
-    s->tx_bytes += skb->len;
+    __sync_fetch_and_add(&s->tx_packets, 1);
+    __sync_fetch_and_add(&s->tx_bytes, skb->len);
     if (p.ip)
         red_mark(skb, &p, c, s, depth);
     __u32 in = skb->tc_index;
