@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 
 from pyroute2 import IPRoute
@@ -85,7 +84,3 @@ def port_counters(node: Node) -> dict[str, dict[str, int]]:
             "tx_bytes": st.get("tx_bytes", 0), "rx_bytes": st.get("rx_bytes", 0),
             "drops": st.get("tx_dropped", 0) + st.get("rx_dropped", 0)}
     return out
-
-
-def host_ip_int(node: Node) -> int:
-    return int.from_bytes(socket.inet_aton(node.address or "0.0.0.0"), "big")

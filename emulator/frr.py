@@ -15,10 +15,10 @@ import grp
 import json
 import os
 import pwd
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from . import netns
@@ -126,8 +126,6 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
 
 def kill_pids(pids: list[int], timeout_s: float = 5.0) -> None:
     """SIGTERM the given PIDs, wait, then SIGKILL what is left. Only these PIDs."""
-    import signal
-
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

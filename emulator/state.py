@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +85,3 @@ def run_dir_labs() -> set[str]:
 def known_labs() -> set[str]:
     """Every lab with any trace on this machine: namespaces, processes or run dir."""
     return set(tagged_namespaces().values()) | set(tagged_processes().values()) | run_dir_labs()
-
-
-def hostname() -> str:
-    return socket.gethostname()

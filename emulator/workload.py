@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .engine import client
-from .engine.job import Job, Op
+from .engine.job import Job
 from .errors import RocelabError
 from .plan import Kind, Node, Plan
 from .spec import Role

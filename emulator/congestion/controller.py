@@ -31,7 +31,6 @@ from .. import netns
 from ..paths import lab_run_dir
 from ..plan import Interface, Node, Plan
 from . import libbpf, qos
-from .model import CongestionPlan  # noqa: F401
 from .maps import pack_cfg
 
 log = logging.getLogger("rocelab.controller")

@@ -18,7 +18,6 @@ import socket
 import struct
 
 from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct tc_fifo_qopt
@@ -72,16 +71,6 @@ def set_pause(ipr: IPRoute, idx: int, cp: CongestionPlan, mtu: int, paused: bool
     ipr.tc("add" if create else "change", "tbf", idx, (0x10 + ROCE_TC) << 16,
            parent=classid(ROCE_TC), rate=f"{rate}bit", burst=burst_bytes(cp.rate_bps, mtu),
            limit=LOSSLESS_LIMIT)
-
-
-def remove_port(ipr: IPRoute, ifname: str) -> None:
-    idx = socket.if_nametoindex(ifname)
-    for kind in ("htb", "clsact"):
-        try:
-            ipr.tc("del", kind, idx)
-        except NetlinkError as e:
-            if e.code not in (2, 22):  # ENOENT, EINVAL: nothing there
-                raise
 
 
 def pfc_frame(src_mac: str, tc: int, quanta: int) -> bytes:
