@@ -16,7 +16,7 @@ from pyroute2 import IPRoute
 
 from . import netns
 from .errors import RocelabError
-from .plan import Node, Plan
+from .plan import Kind, Node, Plan
 
 ROCE_PORT = 4791
 LOSS_TABLE = "rocelab_loss"
@@ -37,6 +37,26 @@ def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_
                          "iif", src.name, "ipproto", "udp", "sport", str(sport),
                          "dport", str(dport)])
     return json.loads(out)[0]["dev"]
+
+
+def sports_via(plan: Plan, src: Node, dst: Node, via: str, n: int,
+               first: int = 49152) -> list[int]:
+    """`n` UDP source ports whose src -> dst packets src's leaf sends to spine `via`.
+
+    A RoCE NIC takes the source port from the QP's flow label; picking it is
+    how a test pins a QP to a path through the fabric's ECMP.
+    """
+    spines = [s.name for s in plan.of_kind(Kind.SPINE)]
+    if via not in spines:
+        raise RocelabError(f"via: {via!r} is not a spine (spines: {', '.join(spines)})")
+    found: list[int] = []
+    for sport in range(first, min(65536, first + 64 * n + 256)):
+        if egress_port(plan, src, dst, sport) == via:
+            found.append(sport)
+            if len(found) == n:
+                return found
+    raise RocelabError(f"via: no UDP source port takes {src.name} -> {dst.name} through {via} "
+                       f"(is {via} a next hop of {src.leaf}?)")
 
 
 def set_loss(node: Node, percent: float, iifname: str | None = None,

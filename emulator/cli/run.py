@@ -40,11 +40,16 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
                       "ok" if f["integrity_ok"] else f"[red]{f['error'] or 'FAILED'}[/]")
     console.print(table)
     s, p = res["steady"], res["pfc"]
-    line = f"steady state {s['from_s']:.1f}-{s['to_s']:.1f} s: Jain {s['jain']:.3f}"
+    line = (f"steady state {s['from_s']:.1f}-{s['to_s']:.1f} s: Jain {s['jain']:.3f}"
+            if s["jain"] is not None else "no common steady state (a flow ended before steady_after)")
     if res["link_rate_bps"]:
         line += (f"; PFC pauses {p['pauses']} (reaction p50 {p['reaction_us_p50']} us, "
                  f"p99 {p['reaction_us_p99']} us); lossless drops {res['lossless_drops']}")
     console.print(line, soft_wrap=True)
+    if b := s.get("bottleneck"):
+        console.print(f"bottleneck {b['node']}:{b['port']} TC {b['tc']}: {b['utilisation']:.1%} busy, "
+                      f"queue p50 {b['queue_p50'] / 1e3:.0f} KB, p90 {b['queue_p90'] / 1e3:.0f} KB, "
+                      f"max {b['queue_max'] / 1e3:.0f} KB", soft_wrap=True)
     for e in res["events"]:
         conv = e.get("convergence") or {}
         extra = f", routing converged in {conv['converge_s']} s" if conv.get("converge_s") is not None else ""

@@ -10,6 +10,9 @@ from ..roce.dcqcn import PROFILES, Profile
 from .job import ROCE_DSCP
 
 
+RTO_REAL_S = 1e-3  # first retransmission timeout on congestion labs, real-equivalent
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     dscp: int = ROCE_DSCP
@@ -40,9 +43,13 @@ def for_host(plan: Plan, host: Node) -> EngineConfig:
     if cp is None:
         return EngineConfig()
     # Queues of a few MB at ~100 Mbit/s and pauses hold packets for seconds of
-    # wall time: a 100 ms RTO would retransmit what is merely waiting.
+    # wall time: a short RTO would retransmit what is merely waiting in a
+    # paused queue. 1 ms real-equivalent (4 s wall at D = 4000) -- still far
+    # shorter than a RoCE NIC's (4.096 us x 2^timeout, e.g. 67 ms), whose
+    # dilated value would make a real loss (a failed link) take minutes.
+    rto = max(1.0, RTO_REAL_S * cp.dilation)
     profile = None if (cp.dcqcn_profile == "off" or host.name in cp.dcqcn_off) else cp.dcqcn_profile
     # A RoCE NIC does not stop at a small window: its lossless class relies on
     # ECN and PFC, so let each QP keep megabytes in flight (2048 x MTU).
-    return EngineConfig(dscp=cp.roce_dscp, rto=1.0, rto_max=8.0, window=2048,
+    return EngineConfig(dscp=cp.roce_dscp, rto=rto, rto_max=4 * rto, window=2048,
                         line_rate_bps=cp.rate_bps, dilation=cp.dilation, dcqcn=profile)

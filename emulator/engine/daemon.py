@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, RocelabError
-from ..roce.headers import udp_source_port
 from ..roce.dcqcn import ReactionPoint
+from ..roce.endpoint import qp_sport
 from ..roce.rc import QueuePair
 from ..roce.verbs import QpConfig
 from .config import EngineConfig
@@ -54,22 +54,25 @@ class Engine:
             base, self._qpn = self._qpn, self._qpn + n
         return [{"qpn": base + i, "psn": random.randrange(1 << 24)} for i in range(n)]
 
-    def qp_config(self, job: Job, local: dict[str, int], remote: dict[str, int]) -> QpConfig:
+    def qp_config(self, job: Job, local: dict[str, int], remote: dict[str, int],
+                  index: int) -> QpConfig:
         c = self.config
         return QpConfig(qpn=local["qpn"], remote_qpn=remote["qpn"], send_psn=local["psn"],
                         recv_psn=remote["psn"], mtu=job.mtu, rto=c.rto, rto_max=c.rto_max,
-                        window=c.window,
-                        cnp_interval=self.cnp_interval)
+                        window=c.window, cnp_interval=self.cnp_interval,
+                        udp_sport=job.udp_sports[index] if job.udp_sports else 0)
 
     @property
     def cnp_interval(self) -> float:
         base = self.config.profile(self.config.dcqcn or "nvidia")
         return base.cnp_interval if base else 50e-6
 
-    def new_qp(self, job: Job, local: dict[str, int], remote: dict[str, int]) -> PacedQueuePair:
-        rp = ReactionPoint(self.profile, self.config.line_rate_bps, time.monotonic()) \
-            if self.profile else None
-        return PacedQueuePair(self.qp_config(job, local, remote), self.dp.memory, rp)
+    def new_qps(self, job: Job, local: list[dict[str, int]],
+                remote: list[dict[str, int]]) -> list[PacedQueuePair]:
+        return [PacedQueuePair(self.qp_config(job, l, r, i), self.dp.memory,
+                               ReactionPoint(self.profile, self.config.line_rate_bps, time.monotonic())
+                               if self.profile else None)
+                for i, (l, r) in enumerate(zip(local, remote))]
 
     def set_profile(self, name: str) -> dict[str, Any]:
         """(data thread) Switch DCQCN for this host's current and future QPs."""
@@ -166,7 +169,7 @@ class Engine:
                 reply = peer.recv()
                 if reply.get("event") == "error":
                     raise EngineError(f"peer {peer_ip}: {reply['error']}")
-                qps = [self.new_qp(job, l, r) for l, r in zip(local, reply["qps"])]
+                qps = self.new_qps(job, local, reply["qps"])
                 watch = Watch(len(segments), {i: s.length for i, s in enumerate(segments)})
                 t0 = time.monotonic()
                 self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ip, watch))
@@ -222,7 +225,7 @@ class Engine:
             "messages": watch.expected, "integrity_ok": mine == fin.get("digest"),
             "digest": mine, "interruption_s": interruption, **total,
             "qps": [{"qpn": q.qpn, "remote_qpn": q.config.remote_qpn,
-                     "udp_sport": udp_source_port(q.qpn, q.config.remote_qpn),
+                     "udp_sport": qp_sport(q.config),
                      **{k: counters[q.qpn].get(k, 0) for k in SUM_KEYS}} for q in qps],
         }
 
@@ -236,7 +239,7 @@ class Engine:
         buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
         mr = self.dp.call(lambda: self.dp.memory.register(buf))
         local = self.new_qpns(job.qps)
-        qps = [self.new_qp(job, l, r) for l, r in zip(local, msg["qps"])]
+        qps = self.new_qps(job, local, msg["qps"])
         self.dp.call(lambda: [self.dp.add(qp, msg["ip"]) for qp in qps])
         try:
             ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey})

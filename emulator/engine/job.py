@@ -42,10 +42,15 @@ class Job:
     seed: int = 1
     timeout_s: float = 600.0
     extra: dict[str, Any] = field(default_factory=dict)
+    udp_sports: list[int] = field(default_factory=list)  # per QP; empty: derived from QPNs
 
     def __post_init__(self) -> None:
         if not 1 <= self.qps <= 64:
             raise RocelabError(f"--qps: must be 1..64 (got {self.qps})")
+        if self.udp_sports and (len(self.udp_sports) != self.qps
+                                or not all(1 <= s <= 65535 for s in self.udp_sports)):
+            raise RocelabError(f"udp_sports: need {self.qps} ports in 1..65535 "
+                               f"(got {self.udp_sports})")
         if self.kv is None and self.size <= 0:
             raise RocelabError(f"--size: must be positive (got {self.size})")
         if self.mtu not in (256, 512, 1024, 2048, 4096):

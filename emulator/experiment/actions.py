@@ -54,3 +54,24 @@ class Timeline(threading.Thread):
         self.join(max(0.0, deadline - time.monotonic()))
         self._halt.set()
         self.join()
+
+    def restore(self) -> None:
+        """Put every congestion knob an action touched back as the topology configures it,
+        so a kept lab runs the next experiment as declared."""
+        cp = self.plan.congestion
+        if cp is None:
+            return
+        for a in self.actions:
+            args = getattr(a, a.kind)
+            try:
+                if a.kind == "ecn":
+                    node = self.plan.node(args["node"])
+                    set_ecn(self.plan, node, cp.ecn_enabled and node.name not in cp.ecn_off)
+                elif a.kind == "drain":
+                    set_drain(self.plan, self.plan.node(args["host"]), True)
+                elif a.kind == "dcqcn":
+                    host = self.plan.node(args["host"])
+                    client.set_dcqcn(self.plan, host,
+                                     "off" if host.name in cp.dcqcn_off else cp.dcqcn_profile)
+            except (RocelabError, OSError, KeyError):
+                pass  # a bad target was already reported when the action ran

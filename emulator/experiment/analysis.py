@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..workload import percentile
+
 
 def jain(values: Sequence[float]) -> float:
     """Jain's fairness index: 1 = perfectly fair, 1/n = one flow takes all."""
@@ -54,3 +56,31 @@ def convergence_time(flow_series: dict[str, Sequence[tuple[float, float]]], star
             first_ok = None
         t += window / 2
     return None if first_ok is None else first_ok - start
+
+
+def port_steady(port: dict, t0: float, t1: float, rate_bps: float) -> dict[str, float]:
+    """Utilisation and queue depth of one sampled (port, TC) within [t0, t1].
+
+    Utilisation counts every byte the port sent (headers too) against the
+    shaped rate; queue percentiles are over the samples in the window.
+    """
+    series = port["series"]
+    util = mean_rate(series["tx_bytes"], t0, t1) / rate_bps if rate_bps else 0.0
+    q = [v for t, v in series["queued"] if t0 <= t <= t1]
+    return {"utilisation": round(util, 4), "queue_p10": percentile(q, 10),
+            "queue_p50": percentile(q, 50), "queue_p90": percentile(q, 90),
+            "queue_max": max(q, default=0)}
+
+
+def bottleneck(ports: Sequence[dict], t0: float, t1: float, rate_bps: float,
+               tc: int) -> dict | None:
+    """The busiest port of class `tc` over the steady window, with its queue."""
+    best = None
+    for p in ports:
+        if p["tc"] != tc or t1 <= t0:
+            continue
+        s = port_steady(p, t0, t1, rate_bps)
+        key = (s["utilisation"], s["queue_p90"])
+        if best is None or key > best[0]:
+            best = (key, {"node": p["node"], "port": p["port"], "tc": tc, **s})
+    return best[1] if best else None

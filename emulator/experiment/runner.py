@@ -4,6 +4,7 @@ and actions on a timeline, sample counters, write results.json."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -11,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import lab, measure, state, workload
+from .. import dataplane, lab, measure, state, workload
 from ..congestion.model import ROCE_TC
 from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import RocelabError
-from ..plan import Plan
+from ..plan import Kind, Plan
 from ..units import parse_size
 from . import actions, analysis
 from .sampler import Sampler, pfc_snapshot
@@ -43,6 +44,18 @@ class FlowRun(threading.Thread):
         self.error: str | None = None
         self.started = self.ended = 0.0
 
+    def pin(self) -> None:
+        """With `via`: fix the QPs' UDP source ports so the data takes that spine."""
+        if self.flow.via:
+            src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
+            data_src, data_dst = (src, dst) if self.job.op is Op.WRITE else (dst, src)
+            try:
+                sports = dataplane.sports_via(self.plan, data_src, data_dst, self.flow.via,
+                                              self.job.qps)
+            except RocelabError as e:
+                raise RocelabError(f"flows.{self.flow.name}.{e}") from None
+            self.job = dataclasses.replace(self.job, udp_sports=sports)
+
     def run(self) -> None:
         time.sleep(max(0.0, self.start_at - time.monotonic()))  # the timeline, not a sync
         self.started = time.monotonic()
@@ -61,17 +74,16 @@ class FlowRun(threading.Thread):
 def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None,
         progress: Progress = lambda m: None) -> dict[str, Any]:
     exp, topology = load(path)
-    name = name or exp.lab or lab.load_topology(topology)[1].lab
+    static_plan = lab.load_topology(topology)[1]
+    check(exp, static_plan)  # before anything exists: a bad experiment creates nothing
+    name = name or exp.lab or static_plan.lab
     brought_up = name not in state.known_labs()
     if brought_up:
         progress(f"bringing up lab {name} from {topology}")
         lab.up(topology, name=name, progress=progress)
     try:
         plan = lab.lab_plan(name)
-        needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
-        if needs_cc and plan.congestion is None:
-            raise RocelabError(f"experiment {exp.name}: actions {', '.join(needs_cc)} need a topology "
-                               "with `congestion: enabled: true`")
+        check(exp, plan)  # a running lab may have been brought up from another topology
         results = _execute(exp, plan, progress)
     finally:
         if brought_up and not keep:
@@ -82,17 +94,30 @@ def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None
     return results
 
 
-def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
-    hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}, key=lambda n: n.name)
+def check(exp: Experiment, plan: Plan) -> None:
+    """Flows name hosts (and spines) of this plan; congestion actions need a congestion plane."""
+    spines = [n.name for n in plan.of_kind(Kind.SPINE)]
     for f in exp.flows:
         workload.host(plan, f.src, option=f"flows.{f.name}.src")
         workload.host(plan, f.dst, option=f"flows.{f.name}.dst")
+        if f.via is not None and f.via not in spines:
+            raise RocelabError(f"flows.{f.name}.via: no spine {f.via!r}; spines: {', '.join(spines)}")
+    needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
+    if needs_cc and plan.congestion is None:
+        raise RocelabError(f"experiment {exp.name}: actions {', '.join(needs_cc)} need a topology "
+                           "with `congestion: enabled: true`")
+
+
+def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
+    hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}, key=lambda n: n.name)
     client.ensure_engines(plan, hosts)
     t0 = time.monotonic() + 0.2
     deadline = t0 + parse_duration(exp.duration)
     sampler = Sampler(plan, parse_duration(exp.sample_every), t0) if plan.congestion else None
     pfc0 = pfc_snapshot(plan)
     flows = [FlowRun(plan, f, t0, deadline) for f in exp.flows]
+    for f in flows:
+        f.pin()
     timeline = actions.Timeline(plan, exp.actions, t0)
     with contextlib.ExitStack() as stack:
         watcher = stack.enter_context(measure.FibWatcher(plan)) if any(
@@ -100,6 +125,7 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
         if sampler:
             sampler.start()
         timeline.start()
+        stack.callback(timeline.restore)
         for f in flows:
             f.start()
         progress(f"running {len(flows)} flows, {len(exp.actions)} actions (at most {exp.duration})")
@@ -132,13 +158,18 @@ def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], port
     steady1 = min(ends) if ends else steady0
     series = {f.flow.name: f.series for f in flows}
     steady_rates = {n: analysis.mean_rate(s, steady0, steady1) for n, s in series.items()}
+    if steady1 <= steady0:  # a flow ended before steady_after: no common steady state
+        steady_rates = {}
     reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
     return {
         "experiment": exp.name, "lab": plan.lab, "dilation": dilation,
         "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": plan.speed_bps,
         "flows": flow_out, "ports": ports, "events": events,
         "steady": {"from_s": steady0, "to_s": steady1,
-                   "rates_bps": steady_rates, "jain": analysis.jain(list(steady_rates.values()))},
+                   "rates_bps": steady_rates,
+                   "jain": analysis.jain(list(steady_rates.values())) if steady_rates else None,
+                   "bottleneck": analysis.bottleneck(ports, steady0, steady1, cp.rate_bps, ROCE_TC)
+                   if cp else None},
         "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
                 "reaction_us_p50": analysis_pct(reactions, 50),
                 "reaction_us_p99": analysis_pct(reactions, 99),

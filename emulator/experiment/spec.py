@@ -48,6 +48,7 @@ class Flow(Strict):
     size: str | None = None
     kv: Kv | None = None
     qps: Annotated[int, Field(ge=1, le=64)] = 1
+    via: str | None = None  # pin every QP of the flow to this spine (UDP source port choice)
 
     @model_validator(mode="after")
     def _one_size(self) -> "Flow":

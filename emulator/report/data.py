@@ -206,8 +206,14 @@ def _experiment(d: ReportData, r: dict[str, Any]) -> None:
     if fcts:
         d.headline.append(_times(d, "FCT p50 / max", _p(fcts, 50), max(fcts)))
     s = r["steady"]
-    d.headline.append(Headline("steady-state fairness (Jain)", f"{s['jain']:.3f}",
-                               f"{s['from_s']:.1f}-{s['to_s']:.1f} s wall"))
+    if s["jain"] is not None:
+        d.headline.append(Headline("steady-state fairness (Jain)", f"{s['jain']:.3f}",
+                                   f"{s['from_s']:.1f}-{s['to_s']:.1f} s wall"))
+    if b := s.get("bottleneck"):
+        d.headline.append(Headline(
+            "bottleneck utilisation", f"{b['utilisation']:.1%}",
+            f"{b['node']}:{b['port']} TC {b['tc']}, queue p50 {b['queue_p50'] / 1e3:.0f} KB, "
+            f"p90 {b['queue_p90'] / 1e3:.0f} KB, max {b['queue_max'] / 1e3:.0f} KB"))
     if d.link_rate_bps:
         p = r["pfc"]
         reaction = f"reaction p50 {p['reaction_us_p50']} us, p99 {p['reaction_us_p99']} us"

@@ -4,7 +4,7 @@ One `ReactionPoint` per sending QP. Time is passed in (seconds), so the math
 is unit-tested against hand-computed sequences and time dilation is just a
 matter of stretching the profile's timers and shrinking its rates by D.
 
-  CNP          Rt = Rc (unless the profile keeps Rt); Rc = Rc (1 - alpha/2);
+  CNP          Rt = Rc when the profile clamps (see below); Rc = Rc (1 - alpha/2);
                alpha = (1 - g) alpha + g
                (at most once per rate-reduce period); increase stages reset
   alpha timer  every K without a CNP: alpha = (1 - g) alpha
@@ -14,6 +14,11 @@ matter of stretching the profile's timers and shrinking its rates by D.
                  otherwise         additive        Rt += R_AI
                then Rc = (Rt + Rc) / 2, both capped at line rate
   floor        Rc >= min rate
+  clamp        the paper clamps Rt on every cut. NVIDIA NICs (clamp_tgt_rate 0,
+               clamp_tgt_rate_after_time_inc 1) clamp only when the rate rose
+               since the last cut (a byte-counter stage always counts, a timer
+               stage with after_time_inc): a burst of CNPs keeps the target at
+               the rate before the burst, so fast recovery climbs back there.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ class Profile:
     f: int  # stages of fast recovery
     min_rate: float
     cnp_interval: float  # notification point: at most one CNP per QP per interval
-    clamp_target: bool = True  # on CNP, Rt = Rc (the paper); NVIDIA's default keeps Rt
+    clamp_target: bool = True  # on every cut Rt = Rc (the paper; mlx5 clamp_tgt_rate)
+    clamp_after_increase: bool = False  # clamp after a timer stage (clamp_tgt_rate_after_time_inc)
 
     def dilated(self, d: float) -> Profile:
         """Timers x D, rates / D (bytes stay bytes): the same dynamics on a slower link."""
@@ -50,12 +56,13 @@ class Profile:
 PROFILES = {
     # NVIDIA ConnectX defaults (mlx5 DCQCN parameters): g = 1 - 1019/1024,
     # rpg_byte_reset 32767 (in 64-byte units: ~2 MB between byte-counter
-    # stages), clamp_tgt_rate 0 (the target rate survives a CNP, so fast
-    # recovery climbs back toward the pre-congestion rate).
+    # stages), rpg_gd 11 with alpha in 1/1024 units (a cut of alpha/2),
+    # clamp_tgt_rate 0 and clamp_tgt_rate_after_time_inc 1 (the target rate
+    # survives a burst of cuts, and is clamped once the rate has risen).
     "nvidia": Profile("nvidia", g=5 / 1024, alpha_period=1e-6, alpha_init=1023 / 1024,
                       reduce_period=4e-6, increase_timer=300e-6, byte_counter=32767 * 64,
                       rate_ai=5e6, rate_hai=50e6, f=1, min_rate=1e6, cnp_interval=4e-6,
-                      clamp_target=False),
+                      clamp_target=False, clamp_after_increase=True),
     # The DCQCN paper's simulation values.
     "paper": Profile("paper", g=1 / 256, alpha_period=55e-6, alpha_init=1.0,
                      reduce_period=50e-6, increase_timer=55e-6, byte_counter=10 * 1024 * 1024,
@@ -89,7 +96,7 @@ class ReactionPoint:
             return
         self._last_reduce = now
         self.reductions += 1
-        if self.p.clamp_target:
+        if self.p.clamp_target or self.b_stage or (self.p.clamp_after_increase and self.t_stage):
             self.rt = self.rc
         self.rc = max(self.p.min_rate, self.rc * (1 - self.alpha / 2))
         self.alpha = (1 - self.p.g) * self.alpha + self.p.g

@@ -27,10 +27,17 @@ from emulator.roce.fastpath import FrameBuilder, Segment
 from emulator.roce.headers import Ecn, Opcode, udp_source_port
 from emulator.roce.rc import QueuePair
 from emulator.roce.transport import SLOT_SIZE, Transport
+from emulator.roce.verbs import QpConfig
 
 CNP_DSCP = 48  # NVIDIA default: CNPs on their own strict-priority class
+BLOCKED_RETRY_S = 0.0005  # how soon a send the kernel refused is tried again
 RX_BATCH = 32  # datagrams handled before QPs get a turn to send (their ACKs among it)
 _CNP = int(Opcode.CNP)
+
+
+def qp_sport(config: QpConfig) -> int:
+    """The UDP source port a QP's packets carry: fixed, or rxe's hash of both QPNs."""
+    return config.udp_sport or udp_source_port(config.qpn, config.remote_qpn)
 
 
 @dataclass
@@ -65,7 +72,7 @@ class Endpoint:
 
     def add(self, qp: QueuePair, peer_ip: str) -> None:
         """Start serving `qp`, whose peer QP lives at `peer_ip`."""
-        sport = udp_source_port(qp.qpn, qp.config.remote_qpn)
+        sport = qp_sport(qp.config)
         builder = FrameBuilder(self.transport.local_ip, peer_ip, sport,
                                max_payload=qp.config.mtu)
         if builder.max_datagram > SLOT_SIZE:
@@ -123,9 +130,14 @@ class Endpoint:
 
     def _send(self) -> int:
         now, sent = time.monotonic(), 0
-        queue, drop, tos, cnp_tos = self.transport.queue, self._drop, self._tos, self._cnp_tos
+        transport, budget = self.transport, self.budget
+        queue, drop, tos, cnp_tos = transport.queue, self._drop, self._tos, self._cnp_tos
         for flow in self._flows.values():
-            segs = flow.qp.poll(now, self.budget)
+            if transport.room() < budget:
+                transport.flush()  # what the kernel refused before goes first
+                if transport.room() < budget:
+                    break  # backpressure: the port is paused or full, QPs keep their packets
+            segs = flow.qp.poll(now, budget)
             if not segs:
                 continue
             sent += len(segs)
@@ -139,6 +151,8 @@ class Endpoint:
         return sent
 
     def _wait_bound(self, max_wait: float) -> float:
+        if self.transport.blocked:  # no readiness event says when a paused qdisc has room
+            max_wait = min(max_wait, BLOCKED_RETRY_S)
         now = time.monotonic()
         deadlines = [d for f in self._flows.values() if (d := f.qp.next_deadline()) is not None]
         return min([max_wait] + [d - now for d in deadlines])

@@ -126,26 +126,44 @@ class SendBatch:
         return self._slots[i][:self._iov_len[i]]
 
     def send(self, fd: int) -> tuple[int, int, int]:
-        """Send and empty the batch: (datagrams sent, lost, bytes sent).
+        """Send the batch: (datagrams sent, refused, bytes sent).
 
-        A datagram refused with EAGAIN/ENOBUFS (buffer or qdisc full) is
-        lost and the rest still go; any other error raises OSError."""
-        count, nbytes = self.count, self._bytes
-        self.count = self._bytes = 0
-        sent = lost = 0
+        When the kernel refuses a datagram with EAGAIN/ENOBUFS (socket
+        buffer or qdisc full: the port is paused or busy), it and the ones
+        after it stay in the batch, in order, for the next call -- a NIC
+        whose port is paused holds its packets, it does not drop them. Any
+        other error raises OSError."""
+        count = self.count
+        sent = 0
         base, size = ctypes.addressof(self._msgs), ctypes.sizeof(_MMsgHdr)
-        while sent + lost < count:
-            done = sent + lost
-            k = _sendmmsg(fd, base + done * size, count - done, 0)
+        while sent < count:
+            k = _sendmmsg(fd, base + sent * size, count - sent, 0)
             if k > 0:
                 sent += k
                 continue
             err = ctypes.get_errno()
             if err not in _TRANSIENT:
+                self.count = self._bytes = 0
                 raise OSError(err, os.strerror(err))
-            nbytes -= self._iov_len[done]
-            lost += 1
-        return sent, lost, nbytes
+            break
+        nbytes = sum(self._iov_len[i] for i in range(sent)) if sent < count else self._bytes
+        self._keep_from(sent)
+        return sent, count - sent, nbytes
+
+    def _keep_from(self, first: int) -> None:
+        """Drop the datagrams before `first`; move the rest to the front."""
+        left = self.count - first
+        for j in range(left):
+            i = first + j
+            n = self._iov_len[i]
+            self._slots[j][:n] = self._slots[i][:n]
+            self._iov_len[j], self._msg_name[j] = n, self._msg_name[i]
+        self.count = left
+        self._bytes = sum(self._iov_len[j] for j in range(left))
+
+    @property
+    def room(self) -> int:
+        return self.capacity - self.count
 
 
 @dataclass
@@ -154,7 +172,7 @@ class TransportCounters:
     rx_bytes: int = 0
     tx_datagrams: int = 0
     tx_bytes: int = 0
-    tx_errors: int = 0  # socket buffer or qdisc full: the datagram is lost
+    tx_errors: int = 0  # sends the socket or qdisc refused (the datagrams wait and go later)
     bad_icrc: int = 0
     malformed: int = 0
 
@@ -255,18 +273,27 @@ class Transport:
     def flush(self) -> int:
         """Send every queued datagram; return how many the kernel took.
 
-        A datagram the kernel has no room for is lost and counted, as in
-        `send`; the rest of the batch still goes."""
+        What the kernel has no room for stays queued (see `SendBatch.send`)
+        and `blocked` is true until a later flush gets it out."""
         if not self._batch.count:
             return 0
         try:
-            sent, lost, nbytes = self._batch.send(self._raw.fileno())  # type: ignore[union-attr]
+            sent, refused, nbytes = self._batch.send(self._raw.fileno())  # type: ignore[union-attr]
         except OSError as e:
             raise EngineError(f"sending RoCEv2 datagrams: {e.strerror}") from e
         self.counters.tx_datagrams += sent
         self.counters.tx_bytes += nbytes
-        self.counters.tx_errors += lost
+        self.counters.tx_errors += bool(refused)
         return sent
+
+    @property
+    def blocked(self) -> bool:
+        """Datagrams the kernel refused are waiting: hold new ones back."""
+        return self._batch.count > 0
+
+    def room(self) -> int:
+        """Datagrams `queue` can take before it must flush."""
+        return self._batch.room
 
     def close(self) -> None:
         for sock in (self._raw, self._guard):

@@ -55,6 +55,7 @@ class QpConfig:
     retry_limit: int = 7  # timeouts in a row without progress before failing
     max_send: int = 65536  # largest SEND message accepted
     cnp_interval: float = 50e-6  # minimum gap between CNPs (notification point)
+    udp_sport: int = 0  # 0: derived from the QPNs as rxe does; else fixed (a set flow label)
 
     def __post_init__(self) -> None:
         if self.mtu not in PATH_MTUS:

@@ -22,8 +22,13 @@ def run(experiment: str, name: str, tmp_path) -> dict:
     return json.loads((tmp_path / "results.json").read_text())
 
 
-def test_incast_is_fair_marked_and_lossless(cc, tmp_path):
-    r = run("incast", cc.name, tmp_path)
+@pytest.fixture(scope="module")
+def incast(cc, tmp_path_factory):
+    return run("incast", cc.name, tmp_path_factory.mktemp("incast"))
+
+
+def test_incast_is_fair_marked_and_lossless(incast):
+    r = incast
     assert r["integrity_ok"] and r["lossless_drops"] == 0
     assert r["steady"]["jain"] >= 0.9, r["steady"]
     assert all(f["cnps_rx"] > 0 for f in r["flows"])  # every sender was told to slow down
@@ -32,10 +37,53 @@ def test_incast_is_fair_marked_and_lossless(cc, tmp_path):
                                          for f in r["flows"])
 
 
+def test_incast_keeps_the_bottleneck_busy_with_a_queue_held_by_ecn(incast):
+    b = incast["steady"]["bottleneck"]
+    assert (b["node"], b["port"]) == ("leaf3", "decode1"), b
+    assert b["utilisation"] >= 0.9, b
+    assert b["queue_max"] <= 1_500_000, b  # never above Kmax: marking, not pausing, holds it
+    assert incast["pfc"]["pauses"] <= 10, incast["pfc"]  # few or no pauses
+
+
+def _pauses_after(r: dict, t: float) -> dict[str, int]:
+    """Pause frames each port sent after time t (from the sampled series)."""
+    out = {}
+    for p in r["ports"]:
+        s = p["series"]["pause_tx"]
+        before = max((v for ts, v in s if ts <= t), default=0)
+        if s and s[-1][1] > before:
+            out[f"{p['node']}:{p['port']}"] = s[-1][1] - before
+    return out
+
+
+def test_dcqcn_off_on_one_switch_pauses_spread_and_hurt_a_victim(cc, incast, tmp_path):
+    r = run("dcqcn-off-one-switch", cc.name, tmp_path)
+    assert r["integrity_ok"] and r["lossless_drops"] == 0
+    (off,) = r["events"]
+    assert (off["kind"], off["node"], off["enabled"]) == ("ecn", "leaf3", False)
+    b_pauses = _pauses_after(r, off["t_s"])
+    incast_pauses = sum(p["pause_tx"] for p in incast["ports"])
+    assert sum(b_pauses.values()) >= 10 * max(1, incast_pauses), (b_pauses, incast_pauses)
+    assert {"leaf3:spine1", "leaf3:spine2"} & set(b_pauses), b_pauses  # leaf3 paused its spines
+    assert {k for k in b_pauses if k.startswith("spine")}, b_pauses  # ... which paused others
+    flows = {f["name"]: f for f in r["flows"]}
+    assert all(f["spines"] == [f["name"].endswith(("p1", "p3")) and "spine1" or "spine2"]
+               for f in r["flows"]), [(f["name"], f["spines"]) for f in r["flows"]]  # `via` held
+    # Head-of-line blocking: the victim's spine (spine2) was paused toward leaf3 while
+    # the victim crossed it, though the victim's own port (leaf3 -> decode2) never filled.
+    # (Its goodput drop is reported, not asserted: measured 0-50 %, because the spines'
+    # marking also drives the victim's own DCQCN in both phases.)
+    victim = flows["b-victim"]
+    assert b_pauses.get("leaf3:spine2", 0) > 0, b_pauses
+    to_decode2 = [p for p in r["ports"] if (p["node"], p["port"], p["tc"]) == ("leaf3", "decode2", 3)]
+    assert to_decode2 and to_decode2[0]["max_queued"] < 1_000_000, to_decode2
+    assert victim["integrity_ok"] and victim["goodput_bps"] > 0
+
+
 def _stalled(flow: dict, t0: float, t1: float) -> bool:
-    """A second or more with nothing sent between t0 and t1."""
+    """Half a second or more with nothing sent between t0 and t1."""
     zeros = [t for t, rate in flow["rate_series"] if t0 <= t <= t1 and rate == 0]
-    return len(zeros) >= 8  # samples every 100 ms
+    return len(zeros) >= 5  # samples every 100 ms
 
 
 def test_pause_storm_spreads_stalls_others_and_recovers(cc, tmp_path):
@@ -46,10 +94,10 @@ def test_pause_storm_spreads_stalls_others_and_recovers(cc, tmp_path):
     assert {"spine1", "spine2"} & paused, paused  # leaf3 paused its spines ...
     assert paused & {"leaf1", "leaf2"}, paused  # ... which paused the leaves upstream: it spread
     stuck_spines = {s for f in r["flows"] if f["dst"] == "decode1" for s in f["spines"]}
-    if stuck_spines != {"spine1", "spine2"}:  # 8 QPs all hashed onto one spine: 1 run in 128
-        pytest.skip(f"the stuck flows only crossed {stuck_spines}")
+    assert stuck_spines == {"spine1", "spine2"}  # pinned with `via`: both spines get paused
     unrelated = next(f for f in r["flows"] if f["name"] == "unrelated")
-    assert _stalled(unrelated, 1.8, 5.5)  # decode2 kept draining, yet its flow stopped behind decode1's
+    # decode2 kept draining, yet its flow stopped behind decode1's, until the backlog drained
+    assert _stalled(unrelated, 1.8, 7.0)
 
 
 def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(tmp_path):

@@ -1,6 +1,7 @@
 import pytest
 
-from emulator.experiment.analysis import bytes_between, convergence_time, jain, mean_rate, rates
+from emulator.experiment.analysis import (bottleneck, bytes_between, convergence_time, jain,
+                                          mean_rate, rates)
 
 
 def test_jain():
@@ -21,3 +22,18 @@ def test_convergence_time_finds_when_flows_even_out():
     slow = [(t / 10, min(t, 20) * 10 + max(0, t - 20) * 50) for t in range(60)]
     t = convergence_time({"a": fast, "b": slow}, start=0.0, end=5.9, window=0.5)
     assert t is not None and 1.5 <= t <= 2.5
+
+
+def _port(node, tc, rate_bps, queue):
+    """A sampled port sending at `rate_bps` with a constant `queue`, 0..10 s."""
+    return {"node": node, "port": "p", "tc": tc,
+            "series": {"tx_bytes": [(t, t * rate_bps / 8) for t in range(11)],
+                       "queued": [(t, queue) for t in range(11)]}}
+
+
+def test_bottleneck_is_the_busiest_port_of_the_class():
+    ports = [_port("a", 3, 50e6, 0), _port("b", 3, 97e6, 200_000), _port("c", 0, 100e6, 0)]
+    b = bottleneck(ports, 2.0, 8.0, 100e6, tc=3)
+    assert (b["node"], b["utilisation"]) == ("b", pytest.approx(0.97))
+    assert b["queue_p50"] == b["queue_max"] == 200_000
+    assert bottleneck(ports, 5.0, 5.0, 100e6, tc=3) is None  # empty window

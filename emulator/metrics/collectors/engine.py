@@ -55,7 +55,8 @@ TRANSPORT = {  # TransportCounters field -> (metric, help)
     "rx_bytes": ("rocelab_engine_rx_bytes_total", "Bytes received (IP datagrams)."),
     "tx_datagrams": ("rocelab_engine_tx_datagrams_total", "Datagrams sent."),
     "tx_bytes": ("rocelab_engine_tx_bytes_total", "Bytes sent (IP datagrams)."),
-    "tx_errors": ("rocelab_engine_tx_errors_total", "Datagrams the socket or qdisc refused (lost)."),
+    "tx_errors": ("rocelab_engine_tx_errors_total",
+                  "Sends the socket or qdisc refused (paused or full port): held and retried."),
     "bad_icrc": ("rocelab_engine_bad_icrc_datagrams_total", "Datagrams with a bad ICRC."),
     "malformed": ("rocelab_engine_malformed_datagrams_total", "Datagrams that were not RoCEv2."),
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from emulator.roce.dcqcn import PROFILES, NotificationPoint, Profile, ReactionPoint
@@ -64,6 +66,30 @@ def test_nvidia_keeps_the_target_rate_on_cnp():
     assert rp.rt == 100e9 and rp.rc < 100e9
     rp.tick(p.increase_timer)  # one fast-recovery stage: halfway back to the target
     assert rp.rc == pytest.approx((100e9 + 100e9 * (1 - p.alpha_init / 2)) / 2, rel=1e-3)
+
+
+def test_nvidia_clamps_the_target_once_the_rate_has_risen():
+    """clamp_tgt_rate_after_time_inc: a burst of cuts keeps Rt; a cut after an increase clamps it."""
+    p = PROFILES["nvidia"]
+    rp = ReactionPoint(p, line_rate=100e9)
+    rp.on_cnp(0.0)
+    rp.on_cnp(p.reduce_period)  # second cut of the burst, no increase in between
+    assert rp.rt == 100e9 and rp.reductions == 2
+    t = p.reduce_period + p.increase_timer
+    rp.tick(t)  # one timer stage: Rc halfway back to Rt
+    before = rp.rc
+    rp.on_cnp(t + p.reduce_period)
+    assert rp.rt == before  # clamped to the rate at the cut
+    assert rp.rc == pytest.approx(before * (1 - rp.alpha / 2), rel=1e-2)
+
+
+def test_a_byte_counter_stage_always_clamps():
+    rp = ReactionPoint(replace(P, clamp_target=False), line_rate=1000.0)
+    rp.on_cnp(0.0)
+    assert rp.rt == 1000.0 and rp.rc == 500.0
+    rp.on_sent(1000)  # byte stage: fast recovery to 750
+    rp.on_cnp(0.1)
+    assert rp.rt == 750.0 and rp.rc == 375.0
 
 
 def test_reduce_period_limits_cuts():

@@ -211,6 +211,15 @@ class FakeTransport:
         self.flushes += 1
         return 0
 
+    paused = False  # a paused port: the kernel refuses sends, nothing has room
+
+    @property
+    def blocked(self) -> bool:
+        return self.paused
+
+    def room(self) -> int:
+        return 0 if self.paused else 64
+
     def recv(self) -> Segment | None:
         return self.inbox.popleft() if self.inbox else None
 
@@ -245,6 +254,20 @@ def test_full_window_sleeps_in_select_until_an_ack(fake: FakeTransport) -> None:
     assert ep.step(max_wait=5.0) == 1 + 2  # the ACK in, two more packets out
     assert time.monotonic() - start < 1.0
     assert [s.psn for s in fake.sent] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_paused_port_holds_packets_back_instead_of_losing_them(fake: FakeTransport) -> None:
+    ep = Endpoint(fake)  # type: ignore[arg-type]
+    qp = QueuePair(QpConfig(qpn=1, remote_qpn=2, mtu=256, window=8, rto=5.0), MemoryTable())
+    ep.add(qp, B)
+    qp.post_write(1, bytes(256 * 4), 0x1000, 7)
+    fake.paused = True
+    start = time.monotonic()
+    assert ep.step(max_wait=0.2) == 0 and fake.sent == []  # nothing taken from the QP
+    assert time.monotonic() - start < 0.05  # but it comes back soon to retry
+    fake.paused = False
+    assert ep.step() == 4 and [s.psn for s in fake.sent] == [0, 1, 2, 3]
+    assert qp.counters.retransmitted_packets == 0
 
 
 def test_wait_is_cut_short_by_the_retransmission_timer(fake: FakeTransport) -> None:
@@ -288,3 +311,33 @@ def test_segments_from_the_wrong_peer_or_qp_are_counted_not_delivered(
                        Segment(Opcode.SEND_ONLY, 9, 0, True, payload=b"x", src_ip=PEER_ADDR)])
     ep.step()
     assert ep.unknown_qp == 2 and qp.counters.rx_packets == 0 and fake.sent == []
+
+
+def test_send_batch_keeps_what_the_kernel_refuses(monkeypatch) -> None:
+    """A paused port (qdisc full: ENOBUFS) must hold datagrams, in order, not lose them."""
+    from emulator.roce import transport
+
+    accept = [1]  # datagrams the fake kernel takes on its next call, then it refuses
+
+    def fake_sendmmsg(fd, msgs, n, flags):
+        if not accept:
+            ctypes.set_errno(errno.ENOBUFS)
+            return -1
+        return min(n, accept.pop())
+
+    monkeypatch.setattr(transport, "_sendmmsg", fake_sendmmsg)
+    batch = SendBatch(capacity=4)
+    to = batch.address("127.0.0.1", 4791)
+    builder = FrameBuilder(A, B, 0xC000, max_payload=4096)
+    want = []
+    for psn in range(1, 5):
+        seg = Segment(Opcode.WRITE_MIDDLE, 0x12, psn, payload=bytes([psn]) * (10 * psn))
+        batch.add(builder, seg, psn, 0x02, to)
+        want.append(bytes(builder.build(seg, psn, 0x02)))
+    assert batch.send(0) == (1, 3, len(want[0]))  # one went, the port filled up
+    assert batch.count == 3 and batch.room == 1
+    assert [bytes(batch.datagram(i)) for i in range(3)] == want[1:]  # kept, in order
+    assert batch.send(0) == (0, 3, 0)  # still paused: nothing lost, nothing sent
+    accept.append(8)
+    assert batch.send(0) == (3, 0, sum(map(len, want[1:])))
+    assert batch.count == 0
