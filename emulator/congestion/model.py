@@ -57,6 +57,10 @@ class CongestionPlan:
     def ecn_on(self, node: str) -> bool:
         return self.ecn_enabled and node not in self.ecn_off
 
+    def host_dcqcn(self, host: str) -> str:
+        """The DCQCN profile a host's engine runs as declared ("off" included)."""
+        return "off" if host in self.dcqcn_off else self.dcqcn_profile
+
     def pfc_on(self, node: str) -> bool:
         return self.pfc_enabled and node not in self.pfc_off
 

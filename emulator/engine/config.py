@@ -48,8 +48,9 @@ def for_host(plan: Plan, host: Node) -> EngineConfig:
     # shorter than a RoCE NIC's (4.096 us x 2^timeout, e.g. 67 ms), whose
     # dilated value would make a real loss (a failed link) take minutes.
     rto = max(1.0, RTO_REAL_S * cp.dilation)
-    profile = None if (cp.dcqcn_profile == "off" or host.name in cp.dcqcn_off) else cp.dcqcn_profile
+    profile = cp.host_dcqcn(host.name)
     # A RoCE NIC does not stop at a small window: its lossless class relies on
     # ECN and PFC, so let each QP keep megabytes in flight (2048 x MTU).
     return EngineConfig(dscp=cp.roce_dscp, rto=rto, rto_max=4 * rto, window=2048,
-                        line_rate_bps=cp.rate_bps, dilation=cp.dilation, dcqcn=profile)
+                        line_rate_bps=cp.rate_bps, dilation=cp.dilation,
+                        dcqcn=None if profile == "off" else profile)

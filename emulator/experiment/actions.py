@@ -65,13 +65,11 @@ class Timeline(threading.Thread):
             args = getattr(a, a.kind)
             try:
                 if a.kind == "ecn":
-                    node = self.plan.node(args["node"])
-                    set_ecn(self.plan, node, cp.ecn_enabled and node.name not in cp.ecn_off)
+                    set_ecn(self.plan, self.plan.node(args["node"]), cp.ecn_on(args["node"]))
                 elif a.kind == "drain":
                     set_drain(self.plan, self.plan.node(args["host"]), True)
                 elif a.kind == "dcqcn":
-                    host = self.plan.node(args["host"])
-                    client.set_dcqcn(self.plan, host,
-                                     "off" if host.name in cp.dcqcn_off else cp.dcqcn_profile)
+                    client.set_dcqcn(self.plan, self.plan.node(args["host"]),
+                                     cp.host_dcqcn(args["host"]))
             except (RocelabError, OSError, KeyError):
                 pass  # a bad target was already reported when the action ran

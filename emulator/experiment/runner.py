@@ -83,7 +83,8 @@ def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None
         lab.up(topology, name=name, progress=progress)
     try:
         plan = lab.lab_plan(name)
-        check(exp, plan)  # a running lab may have been brought up from another topology
+        if not brought_up:  # a running lab may have been brought up from another topology
+            check(exp, plan)
         results = _execute(exp, plan, progress)
     finally:
         if brought_up and not keep:

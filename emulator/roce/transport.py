@@ -146,9 +146,9 @@ class SendBatch:
                 self.count = self._bytes = 0
                 raise OSError(err, os.strerror(err))
             break
-        nbytes = sum(self._iov_len[i] for i in range(sent)) if sent < count else self._bytes
+        queued = self._bytes
         self._keep_from(sent)
-        return sent, count - sent, nbytes
+        return sent, count - sent, queued - self._bytes
 
     def _keep_from(self, first: int) -> None:
         """Drop the datagrams before `first`; move the rest to the front."""
