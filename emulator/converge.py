@@ -109,6 +109,49 @@ def check_bgp(plan: Plan) -> CheckResult:
     return CheckResult("bgp", not problems, problems)  # type: ignore[arg-type]
 
 
+def heard_since(entry: dict[str, object], elapsed_s: float) -> bool:
+    """Did this `show bgp neighbors json` entry hear its peer less than elapsed_s ago?
+
+    FRR reports bgpTimerLastRead in whole seconds (ms field, 1 s steps) on a
+    1 s clock, so a read is only provably newer than `elapsed_s` ago when
+    last_read + 1 s <= elapsed_s.
+    """
+    if entry.get("bgpState") != "Established":
+        return False
+    last_read_s = float(entry.get("bgpTimerLastRead", 1e9)) / 1000  # type: ignore[arg-type]
+    return last_read_s + 1.0 <= elapsed_s
+
+
+def _neighbor(plan: Plan, node: Node, peer: str) -> dict[str, object]:
+    """`node`'s BGP neighbor entry for router `peer` (unnumbered: keyed by port; /31: by hostname)."""
+    port = next(i.name for i in node.interfaces if i.peer == peer)
+    data = vtysh_json(plan.lab, node.name, "show bgp neighbors json", daemon="bgpd")
+    entries = data if isinstance(data, dict) else {}
+    return entries.get(port) or next(
+        (e for e in entries.values() if isinstance(e, dict) and e.get("hostname") == peer), {})
+
+
+def wait_heard(plan: Plan, links: list[tuple[str, str]], since: float, timeout_s: float) -> None:
+    """Until BGP on both ends of each router link has heard its peer after monotonic `since`.
+
+    A silent fault drops keepalives without taking the port down; healing it
+    leaves each session's hold timer running from the last keepalive read
+    before the fault. Until a fresh one arrives, a session can still expire
+    after the heal, and the FIB that looks whole now would break again.
+    """
+    ends = [(a, b) for a, b in links if plan.node(a).is_router and plan.node(b).is_router]
+    ends += [(b, a) for a, b in ends]
+    deadline = time.monotonic() + timeout_s
+    while ends:
+        ends = [(a, b) for a, b in ends
+                if not heard_since(_neighbor(plan, plan.node(a), b), time.monotonic() - since)]
+        if ends and time.monotonic() >= deadline:
+            raise ConvergeTimeout("BGP has not heard its peer since the heal on "
+                                  + ", ".join(f"{a}->{b}" for a, b in ends))
+        if ends:
+            time.sleep(0.2)
+
+
 def check_reach(plan: Plan, timeout_s: float = 1.0) -> CheckResult:
     missing = unreachable_pairs(plan.hosts, timeout_s)
     return CheckResult("reach", not missing, [f"{s} cannot reach {d}" for s, d in missing])

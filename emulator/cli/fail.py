@@ -5,7 +5,8 @@ from typing import Any
 
 import click
 
-from .. import faults, lab, measure
+from .. import converge, faults, lab, measure
+from ..fault_model import links_of
 from ..plan import Plan
 from .progress import progress
 
@@ -27,6 +28,10 @@ def settle(plan: Plan, watch: measure.FibWatcher, event: dict[str, Any], timeout
     """Wait until routing reflects the event (ConvergeTimeout after timeout_s); say when it did."""
     with progress(f"waiting for routing to converge after {event['action']} "
                   f"{event.get('name', event.get('target'))}"):
+        if event["action"] == "heal":
+            silent = [faults.Fault.from_json(r) for r in event["healed"] if r.get("silent")]
+            converge.wait_heard(plan, [link for f in silent for link in links_of(plan, f)],
+                                event["monotonic"], timeout_s)
         watch.wait_for(measure.expected_fib(plan, event["after"]), timeout_s)
     return measure.convergence(watch.samples, event, plan, until)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulator import faults, impact, measure
+from emulator import converge, faults, impact, measure
 from emulator.fault_effects import _drop_ruleset
 from emulator.fault_model import Effect, EffectKind
 from emulator.faults import Fault, FaultError, FaultKind
@@ -171,3 +171,15 @@ def test_heal_action_and_report_table():
         "heal": "link", "a": "leaf1", "b": "spine2"}
     table = impact.report_table({"carrier": {"summary": {"converge_s": 0.13, "flows_failed": 0}}})
     assert table.splitlines()[2].startswith("| carrier | - | 0.13 |")
+
+
+@pytest.mark.parametrize("entry, elapsed, heard", [
+    ({"bgpState": "Established", "bgpTimerLastRead": 0}, 1.0, True),
+    ({"bgpState": "Established", "bgpTimerLastRead": 2000}, 3.5, True),
+    ({"bgpState": "Established", "bgpTimerLastRead": 2000}, 2.5, False),  # 1 s clock: maybe before
+    ({"bgpState": "Established", "bgpTimerLastRead": 5000}, 2.0, False),  # last read before heal
+    ({"bgpState": "Active", "bgpTimerLastRead": 0}, 9.0, False),
+    ({}, 9.0, False),
+])
+def test_a_session_has_heard_its_peer_only_when_the_read_is_provably_after(entry, elapsed, heard):
+    assert converge.heard_since(entry, elapsed) is heard
