@@ -71,7 +71,7 @@ class Engine:
                 remote: list[dict[str, int]]) -> list[PacedQueuePair]:
         return [PacedQueuePair(self.qp_config(job, l, r, i), self.dp.memory,
                                ReactionPoint(self.profile, self.config.line_rate_bps, time.monotonic())
-                               if self.profile else None)
+                               if self.profile else None, job.rate_bps / job.qps)
                 for i, (l, r) in enumerate(zip(local, remote))]
 
     def set_profile(self, name: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """A queue pair whose sending is paced by DCQCN, as a RoCE NIC's rate limiter does.
 
 The RC state machine stays untouched: this subclass gates `poll` with a
-token bucket refilled at the reaction point's current rate, feeds CNPs to
+token bucket refilled at the reaction point's current rate (capped by the
+QP's own rate limit, if set: what ibv_modify_qp_rate_limit does), feeds CNPs to
 the reaction point, and tells the loop when tokens will next be available.
 The notification point (CNP on CE, at most one per interval) is the base
 QueuePair's, with the interval from the profile.
@@ -20,9 +21,11 @@ _CNP = int(Opcode.CNP)
 
 
 class PacedQueuePair(QueuePair):
-    def __init__(self, config: QpConfig, memory: MemoryTable, rp: ReactionPoint | None):
+    def __init__(self, config: QpConfig, memory: MemoryTable, rp: ReactionPoint | None,
+                 limit_bps: float = 0.0):
         super().__init__(config, memory)
         self.rp = rp
+        self.limit = float(limit_bps)  # 0: no QP rate limit
         self.burst = 4 * config.mtu  # bytes a quiet QP may send back to back
         self._tokens = float(self.burst)
         self._last: float | None = None
@@ -35,13 +38,20 @@ class PacedQueuePair(QueuePair):
             self.rp.on_cnp(now)
         super().receive(seg, now)
 
+    @property
+    def rate(self) -> float:
+        """The pacing rate now: DCQCN's, capped by the QP's rate limit."""
+        rate = self.rp.rate if self.rp is not None else self.limit
+        return min(rate, self.limit) if self.limit else rate
+
     def poll(self, now: float, budget: int = 64) -> list[Segment]:
         rp = self.rp
-        if rp is None:
+        if rp is None and not self.limit:
             return super().poll(now, budget)
-        rp.tick(now)
+        if rp is not None:
+            rp.tick(now)
         if self._last is not None:
-            self._tokens = min(self.burst, self._tokens + rp.rate / 8 * (now - self._last))
+            self._tokens = min(self.burst, self._tokens + self.rate / 8 * (now - self._last))
         self._last = now
         if self._tokens < 0:
             return []
@@ -49,14 +59,15 @@ class PacedQueuePair(QueuePair):
         out = super().poll(now, min(budget, allowed))
         sent = sum(len(s.payload) for s in out)
         self._tokens -= sent
-        rp.on_sent(sent)
+        if rp is not None:
+            rp.on_sent(sent)
         return out
 
     def next_deadline(self) -> float | None:
         base = super().next_deadline()
-        if self.rp is None or self._tokens >= 0 or self.idle or self._last is None:
+        if (self.rp is None and not self.limit) or self._tokens >= 0 or self.idle or self._last is None:
             return base
-        ready = self._last + -self._tokens * 8 / max(self.rp.rate, 1.0)
+        ready = self._last + -self._tokens * 8 / max(self.rate, 1.0)
         return ready if base is None else min(base, ready)
 
     @property

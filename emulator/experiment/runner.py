@@ -18,6 +18,7 @@ from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import RocelabError
 from ..plan import Kind, Plan
+from ..spec import parse_speed
 from ..units import parse_size
 from . import actions, analysis
 from .sampler import Sampler, pfc_snapshot
@@ -27,10 +28,11 @@ from .spec import Experiment, Flow, load, parse_duration
 Progress = Callable[[str], None]
 
 
-def _job(flow: Flow, timeout: float) -> Job:
+def _job(flow: Flow, timeout: float, dilation: float) -> Job:
     kv = flow.kv.model_dump() if flow.kv else None
+    rate = parse_speed(flow.rate) / dilation if flow.rate else 0.0  # real-equivalent -> wall
     return Job(Op(flow.op), size=parse_size(flow.size) if flow.size else 0, kv=kv, qps=flow.qps,
-               timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1})
+               timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1}, rate_bps=rate)
 
 
 class FlowRun(threading.Thread):
@@ -38,7 +40,8 @@ class FlowRun(threading.Thread):
         super().__init__(name=f"flow-{flow.name}", daemon=True)
         self.plan, self.flow, self.t0 = plan, flow, t0
         self.start_at = t0 + parse_duration(flow.at)
-        self.job = _job(flow, deadline - self.start_at)
+        self.job = _job(flow, deadline - self.start_at,
+                        plan.congestion.dilation if plan.congestion else 1.0)
         self.series: list[tuple[float, float]] = []
         self.result: dict[str, Any] | None = None
         self.error: str | None = None

@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import SpecError
-from ..spec import _describe
+from ..spec import SPEED_RE, _describe, parse_speed
 from ..units import parse_size
 
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
@@ -49,6 +49,8 @@ class Flow(Strict):
     kv: Kv | None = None
     qps: Annotated[int, Field(ge=1, le=64)] = 1
     via: str | None = None  # pin every QP of the flow to this spine (UDP source port choice)
+    rate: str | None = Field(None, description="rate limit of the flow, real-equivalent "
+                             "(e.g. 100G): its QPs' NIC rate limiters, split evenly")
 
     @model_validator(mode="after")
     def _one_size(self) -> "Flow":
@@ -57,6 +59,13 @@ class Flow(Strict):
         if self.size is not None:
             parse_size(self.size, "size")
         return self
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: str | None) -> str | None:
+        if v is not None and (not SPEED_RE.match(v.strip()) or not parse_speed(v)):
+            raise ValueError(f"{v!r} is not a positive speed like 100G or 25G")
+        return v
 
 
 class Action(Strict):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
 
+from emulator.engine.paced import PacedQueuePair
 from emulator.roce.dcqcn import PROFILES, NotificationPoint, Profile, ReactionPoint
+from roce_sim import make_pair, run
 
 # A profile with round numbers so every step can be computed by hand.
 P = Profile("test", g=0.5, alpha_period=1.0, alpha_init=1.0, reduce_period=0.0,
@@ -110,3 +113,26 @@ def test_notification_point_one_cnp_per_interval():
     np_ = NotificationPoint(interval=0.5)
     sent = [np_.on_ce(t) for t in (0.0, 0.1, 0.49, 0.5, 0.6, 1.2)]
     assert sent == [True, False, False, True, False, True]
+
+
+def _paced_write_time(limit_bps: float, rp: ReactionPoint | None, size: int = 200_000) -> float:
+    """Simulated seconds a paced QP takes to WRITE `size` bytes over the simulated wire."""
+    rng = random.Random(7)
+    a, b = make_pair(rng)
+    a.qp = PacedQueuePair(a.qp.config, a.memory, rp, limit_bps)
+    sink = b.memory.register(bytearray(size))
+    a.qp.post_write(1, rng.randbytes(size), sink.va, sink.rkey)
+    return run(a, b, lambda: len(a.done) == 1)
+
+
+def test_a_qp_rate_limit_paces_with_or_without_dcqcn():
+    unpaced = _paced_write_time(0.0, None)
+    alone = _paced_write_time(8e6, None)  # 200 kB at 8 Mbit/s: 0.2 s
+    line = ReactionPoint(PROFILES["nvidia"], 100e6)  # DCQCN at 100 Mbit/s, never cut
+    under_dcqcn = _paced_write_time(8e6, line)
+    assert unpaced < 0.05
+    assert alone == pytest.approx(0.2, rel=0.05) and under_dcqcn == pytest.approx(0.2, rel=0.05)
+    frozen = replace(PROFILES["nvidia"], increase_timer=1e6, byte_counter=10**15)  # no recovery
+    cut = ReactionPoint(frozen, 100e6)
+    cut.rc = cut.rt = 4e6  # DCQCN below the limit: DCQCN's rate wins
+    assert _paced_write_time(8e6, cut) > 0.3
