@@ -132,6 +132,9 @@ class Dcqcn(Strict):
     profile: Literal["nvidia", "paper", "off"] = Field(
         "nvidia", description="Rate-control parameters: NIC defaults, the SIGCOMM 2015 values, or off.")
     disabled_hosts: list[str] = Field(default_factory=list, description="Hosts with DCQCN off.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Profile parameters to change, at real link speed: "
+        "rate_ai: 10M, increase_timer: 55us, byte_counter: 10MiB, g: 0.004, f: 5, ...")
 
 
 class Congestion(Strict):

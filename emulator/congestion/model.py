@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import RocelabError, SpecError
+from ..roce.dcqcn import parse_overrides
 from ..spec import Topology, parse_speed
 from ..units import parse_size
 
@@ -42,6 +43,7 @@ class CongestionPlan:
     dcqcn_profile: str
     dcqcn_off: tuple[str, ...]
     ecn_enabled: bool
+    dcqcn_overrides: tuple[tuple[str, object], ...] = ()  # profile fields, parsed (real units)
 
     def real(self, wall_s: float) -> float:
         """A measured duration in real-equivalent time."""
@@ -81,13 +83,19 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str]) ->
     except RocelabError as e:
         raise SpecError(source, "congestion", str(e)) from None
     _check(source, sizes, c, switches, hosts)
+    try:
+        overrides = parse_overrides(c.dcqcn.overrides)
+    except RocelabError as e:
+        key, msg = str(e).split(": ", 1)
+        raise SpecError(source, f"congestion.dcqcn.overrides.{key}", msg) from None
     return CongestionPlan(
         dilation=dilation, speed_bps=speed, rate_bps=int(speed / dilation),
         buffer_bytes=sizes["buffer"], roce_dscp=c.roce_dscp, cnp_dscp=c.cnp_dscp,
         kmin=sizes["kmin"], kmax=sizes["kmax"], pmax=c.ecn.pmax, ecn_tcs=tuple(c.ecn.tcs),
         ecn_off=tuple(c.ecn.disabled_on), ecn_enabled=c.ecn.enabled, xoff=sizes["xoff"],
         xon=sizes["xon"], pfc_enabled=c.pfc.enabled, pfc_off=tuple(c.pfc.disabled_on),
-        dcqcn_profile=c.dcqcn.profile, dcqcn_off=tuple(c.dcqcn.disabled_hosts))
+        dcqcn_profile=c.dcqcn.profile, dcqcn_off=tuple(c.dcqcn.disabled_hosts),
+        dcqcn_overrides=tuple(overrides.items()))
 
 
 def _check(source: str, sizes: dict[str, int], c, switches: set[str], hosts: set[str]) -> None:

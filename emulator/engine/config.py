@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from ..plan import Node, Plan
 from ..roce.dcqcn import PROFILES, Profile
@@ -22,13 +23,14 @@ class EngineConfig:
     line_rate_bps: float = 0.0  # 0: unshaped lab, no DCQCN
     dilation: float = 1.0
     dcqcn: str | None = None  # profile name, or None for off
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # profile -> fields
 
     def profile(self, name: str | None = "") -> Profile | None:
         """The (dilated) DCQCN profile `name` (default: this host's), None if off."""
         name = self.dcqcn if name == "" else name
         if not name or name == "off" or not self.line_rate_bps:
             return None
-        return PROFILES[name].dilated(self.dilation)
+        return replace(PROFILES[name], **self.overrides.get(name, {})).dilated(self.dilation)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -53,4 +55,5 @@ def for_host(plan: Plan, host: Node) -> EngineConfig:
     # ECN and PFC, so let each QP keep megabytes in flight (2048 x MTU).
     return EngineConfig(dscp=cp.roce_dscp, rto=rto, rto_max=4 * rto, window=2048,
                         line_rate_bps=cp.rate_bps, dilation=cp.dilation,
-                        dcqcn=None if profile == "off" else profile)
+                        dcqcn=None if profile == "off" else profile,
+                        overrides={cp.dcqcn_profile: dict(cp.dcqcn_overrides)})

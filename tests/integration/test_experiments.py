@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from .conftest import PREFIX, cli, leftovers, make_lab
 
@@ -81,6 +82,27 @@ def test_dcqcn_off_on_one_switch_pauses_spread_and_hurt_a_victim(cc, incast, tmp
     to_decode2 = [p for p in r["ports"] if (p["node"], p["port"], p["tc"]) == ("leaf3", "decode2", 3)]
     assert to_decode2 and to_decode2[0]["max_queued"] < 1_000_000, to_decode2
     assert a_victim["integrity_ok"] and b_victim["integrity_ok"]
+
+
+def test_dcqcn_overrides_reach_the_engines(incast, tmp_path):
+    """A min rate above the fair share (150G of 400G, 4 senders) leaves DCQCN unable
+    to resolve the incast: PFC has to hold it. Proves the topology's override is what
+    the real engines run."""
+    topo = yaml.safe_load(open("topologies/clos-2x4-cc.yaml"))
+    topo["congestion"]["dcqcn"]["overrides"] = {"min_rate": "150G"}
+    (tmp_path / "topo.yaml").write_text(yaml.safe_dump(topo))
+    exp = yaml.safe_load(open("experiments/incast.yaml"))
+    exp |= {"name": "incast-min-rate", "topology": str(tmp_path / "topo.yaml"), "steady_after": "1s",
+            "flows": [f | {"size": "16MiB"} for f in exp["flows"]]}
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    name = f"{PREFIX}ovr"
+    cli("run", str(tmp_path / "exp.yaml"), "--out", str(tmp_path / "out"), "--name", name,
+        timeout=240)
+    assert not leftovers(name)
+    r = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert r["integrity_ok"] and r["lossless_drops"] == 0
+    pauses = sum(p["pause_tx"] for p in r["ports"])
+    assert pauses >= 10 * max(1, sum(p["pause_tx"] for p in incast["ports"])), pauses
 
 
 def _stalled(flow: dict, t0: float, t1: float) -> bool:

@@ -7,8 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from emulator.engine.config import EngineConfig, for_host
 from emulator.engine.paced import PacedQueuePair
+from emulator.plan import compile_plan
 from emulator.roce.dcqcn import PROFILES, NotificationPoint, Profile, ReactionPoint
+from emulator.spec import load, parse
 from roce_sim import make_pair, run
 
 # A profile with round numbers so every step can be computed by hand.
@@ -136,3 +139,17 @@ def test_a_qp_rate_limit_paces_with_or_without_dcqcn():
     cut = ReactionPoint(frozen, 100e6)
     cut.rc = cut.rt = 4e6  # DCQCN below the limit: DCQCN's rate wins
     assert _paced_write_time(8e6, cut) > 0.3
+
+
+def test_topology_overrides_reach_the_engines_profile_dilated():
+    topo = load("topologies/clos-2x4-cc.yaml").model_dump(mode="json")
+    topo["congestion"]["dcqcn"] |= {"overrides": {"rate_ai": "10M", "increase_timer": "55us",
+                                                  "f": 5, "clamp_target": True}}
+    plan = compile_plan(parse(topo, "cc.yaml"), "cc.yaml")
+    config = EngineConfig.from_json(for_host(plan, plan.node("prefill1")).to_json())  # as shipped
+    d = plan.congestion.dilation
+    p = config.profile()
+    assert (p.rate_ai, p.increase_timer, p.f, p.clamp_target) == pytest.approx(
+        (10e6 / d, 55e-6 * d, 5, True))
+    assert p.rate_hai == PROFILES["nvidia"].rate_hai / d  # the rest stays the profile's
+    assert config.profile("paper") == PROFILES["paper"].dilated(d)  # overrides are nvidia's
