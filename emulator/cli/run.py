@@ -50,6 +50,12 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
         console.print(f"bottleneck {b['node']}:{b['port']} TC {b['tc']}: {b['utilisation']:.1%} busy, "
                       f"queue p50 {b['queue_p50'] / 1e3:.0f} KB, p90 {b['queue_p90'] / 1e3:.0f} KB, "
                       f"max {b['queue_max'] / 1e3:.0f} KB", soft_wrap=True)
+    for name, ph in res.get("phases", {}).items():
+        rates = ", ".join(f"{f} {r / 1e6:.1f}" for f, r in ph["rates_bps"].items())
+        tails = "".join(f"; {f} handoffs p50 {h['p50_s']:.3f} s, p99 {h['p99_s']:.3f} s"
+                        for f, h in ph["handoffs"].items())
+        console.print(f"phase {name} {ph['from_s']:.1f}-{ph['to_s']:.1f} s: {ph['pauses']} pauses; "
+                      f"Mbit/s {rates}{tails}", soft_wrap=True)
     for e in res["events"]:
         conv = e.get("convergence") or {}
         extra = f", routing converged in {conv['converge_s']} s" if conv.get("converge_s") is not None else ""

@@ -43,9 +43,11 @@ class FlowRun(threading.Thread):
         self.job = _job(flow, deadline - self.start_at,
                         plan.congestion.dilation if plan.congestion else 1.0)
         self.series: list[tuple[float, float]] = []
-        self.result: dict[str, Any] | None = None
+        self.results: list[dict[str, Any]] = []  # one per transfer (`repeat`)
+        self.handoffs: list[tuple[float, float]] = []  # (start, duration) per transfer, wall
         self.error: str | None = None
         self.started = self.ended = 0.0
+        self._base = 0  # bytes of the transfers already done (the series is cumulative)
 
     def pin(self) -> None:
         """With `via`: fix the QPs' UDP source ports so the data takes that spine."""
@@ -65,13 +67,30 @@ class FlowRun(threading.Thread):
         self.series.append((round(self.started - self.t0, 4), 0))
         src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
         try:
-            self.result = client.transfer(self.plan, src, dst, self.job, self._tick)
+            for _ in range(self.flow.repeat):
+                began = time.monotonic()
+                self.results.append(client.transfer(self.plan, src, dst, self.job, self._tick))
+                self.handoffs.append((began - self.t0, time.monotonic() - began))
+                self._base += self.job.payload_bytes
         except RocelabError as e:
             self.error = str(e)
         self.ended = time.monotonic()
 
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """Every transfer's result folded into one (None unless all completed)."""
+        if self.error or len(self.results) < self.flow.repeat:
+            return None
+        if len(self.results) == 1:
+            return self.results[0]
+        counters = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")
+        return {"integrity_ok": all(r.get("integrity_ok") for r in self.results),
+                "qps": [q for r in self.results for q in r.get("qps", [])],
+                **{k: sum(r.get(k, 0) for r in self.results) for k in counters}}
+
     def _tick(self, done: int, _total: int, sent: int | None = None) -> None:
-        self.series.append((round(time.monotonic() - self.t0, 4), sent if sent is not None else done))
+        self.series.append((round(time.monotonic() - self.t0, 4),
+                            self._base + (sent if sent is not None else done)))
 
 
 def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None,
@@ -180,9 +199,36 @@ def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], port
                 "paused_s": {k: round(v - pfc0.get("paused_s", {}).get(k, 0.0), 4)
                              for k, v in pfc1.get("paused_s", {}).items()
                              if v - pfc0.get("paused_s", {}).get(k, 0.0) > 0}},
+        "phases": {name: phase(members, flow_out, series, ports)
+                   for name, members in exp.phases.items()},
         "lossless_drops": lossless_drops(plan) if cp else None,
         "integrity_ok": all(f["integrity_ok"] for f in flow_out),
     }
+
+
+def phase(members: list[str], flows: list[dict[str, Any]], series: dict[str, list],
+          ports: list[dict]) -> dict[str, Any]:
+    """A window from the first start to the last end of `members`: every flow's mean rate
+    while it ran inside the window, and the pause frames sent in it."""
+    last = max((s[-1][0] for s in series.values() if s), default=0.0)
+    span = {f["name"]: (f["start_s"], f["end_s"] if f["end_s"] is not None else last)
+            for f in flows}
+    t0 = min(span[m][0] for m in members)
+    t1 = max(span[m][1] for m in members)
+    rates = {}
+    for name, (a, b) in span.items():
+        a, b = max(a, t0), min(b, t1)
+        if b > a:
+            rates[name] = analysis.mean_rate(series[name], a, b)
+    handoffs = {}  # repeated flows: their transfers that started in the window
+    for f in flows:
+        durations = sorted(d for a, d in f.get("handoffs", []) if t0 <= a <= t1)
+        if durations:
+            handoffs[f["name"]] = {"count": len(durations), "p50_s": workload.percentile(durations, 50),
+                                   "p99_s": workload.percentile(durations, 99), "max_s": durations[-1]}
+    pauses = sum(analysis.bytes_between(p["series"].get("pause_tx", []), t0, t1) for p in ports)
+    return {"from_s": t0, "to_s": t1, "rates_bps": rates, "handoffs": handoffs,
+            "pauses": round(pauses)}
 
 
 def analysis_pct(values: list[float], q: float) -> float | None:
@@ -194,15 +240,17 @@ def _flow_summary(f: FlowRun, t0: float, dilation: float) -> dict[str, Any]:
     fct = (f.ended - f.started) if f.result else None
     return {
         "name": f.flow.name, "src": f.flow.src, "dst": f.flow.dst, "op": f.flow.op,
-        "bytes": f.job.payload_bytes, "start_s": round(f.started - t0, 4),
+        "bytes": f.job.payload_bytes * f.flow.repeat, "start_s": round(f.started - t0, 4),
         "end_s": round(f.ended - t0, 4) if f.result else None,
         "fct_s": fct, "fct_real_s": fct / dilation if fct else None,
-        "goodput_bps": f.job.payload_bytes * 8 / fct if fct else None,
+        "goodput_bps": f.job.payload_bytes * f.flow.repeat * 8 / fct if fct else None,
         "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
         **{k: r.get(k, 0) for k in ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx",
                                     "cnps_tx")},
         "spines": sorted({q.get("spine") for q in r.get("qps", []) if q.get("spine")}),
         "rate_series": analysis.rates(f.series),
+        **({"handoffs": [[round(a, 4), round(d, 4)] for a, d in f.handoffs]}
+           if f.flow.repeat > 1 else {}),
     }
 
 

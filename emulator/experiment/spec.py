@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from ..errors import SpecError
 from ..spec import SPEED_RE, _describe, parse_speed
@@ -51,6 +52,9 @@ class Flow(Strict):
     via: str | None = None  # pin every QP of the flow to this spine (UDP source port choice)
     rate: str | None = Field(None, description="rate limit of the flow, real-equivalent "
                              "(e.g. 100G): its QPs' NIC rate limiters, split evenly")
+    repeat: Annotated[int, Field(ge=1, le=10000)] = Field(
+        1, description="Transfers back to back (each on new QPs, like KV handoffs); "
+        "results give each one's start and duration")
 
     @model_validator(mode="after")
     def _one_size(self) -> "Flow":
@@ -97,6 +101,21 @@ class Experiment(Strict):
     steady_after: Duration = Field(0.0, description="Steady state starts this long after the first flow.")
     flows: list[Flow]
     actions: list[Action] = Field(default_factory=list)
+    phases: dict[str, list[str]] = Field(
+        default_factory=dict, description="Named windows, each from the first start to the last "
+        "end of its flows: results give each flow's mean rate and the pause frames in each.")
+
+    @field_validator("phases")
+    @classmethod
+    def _phase_flows(cls, v: dict[str, list[str]], info: ValidationInfo) -> dict[str, list[str]]:
+        names = [f.name for f in info.data.get("flows", [])]
+        for phase, members in v.items():
+            unknown = [m for m in members if m not in names]
+            if unknown:
+                raise ValueError(f"phase {phase!r}: no flow {unknown[0]!r}; flows: {', '.join(names)}")
+            if not members:
+                raise ValueError(f"phase {phase!r}: name at least one flow")
+        return v
 
     @field_validator("duration", "sample_every", "steady_after")
     @classmethod

@@ -221,6 +221,15 @@ def _experiment(d: ReportData, r: dict[str, Any]) -> None:
                        Headline("lossless-class drops", str(r["lossless_drops"])),
                        Headline("CE marks (switches)",
                                 str(sum(x.get("ce_marked", 0) for x in d.ports)))]
+    if phases := r.get("phases"):  # one column per phase: each flow's mean rate in it
+        d.tables["phases"] = [["flow"] + [f"{n} ({p['from_s']:.1f}-{p['to_s']:.1f} s)"
+                                          for n, p in phases.items()]] + [
+            [f["name"]] + [_rate(p["rates_bps"].get(f["name"])) for p in phases.values()]
+            for f in r["flows"]] + [["PFC pauses"] + [str(p["pauses"]) for p in phases.values()]] + [
+            [f"{name} handoff p50 / p99"] + [
+                f"{p['handoffs'][name]['p50_s']:.3f} / {p['handoffs'][name]['p99_s']:.3f} s"
+                if name in p.get("handoffs", {}) else "-" for p in phases.values()]
+            for name in dict.fromkeys(n for p in phases.values() for n in p.get("handoffs", {}))]
     d.tables["flows"] = drop_empty([["flow", "src -> dst", "bytes", "FCT (wall)",
                                       "FCT (real-equiv)", "goodput", "CNPs", "retransmitted",
                                       "integrity"]] + [

@@ -62,26 +62,30 @@ def test_dcqcn_off_on_one_switch_pauses_spread_and_hurt_a_victim(cc, incast, tmp
     assert r["integrity_ok"] and r["lossless_drops"] == 0
     (off,) = r["events"]
     assert (off["kind"], off["node"], off["enabled"]) == ("ecn", "leaf3", False)
+    a, b = r["phases"]["A"], r["phases"]["B"]
+    assert a["to_s"] < off["t_s"] < b["from_s"], (a, off, b)  # the phases do not overlap the switch
     b_pauses = _pauses_after(r, off["t_s"])
     incast_pauses = sum(p["pause_tx"] for p in incast["ports"])
-    assert sum(b_pauses.values()) >= 10 * max(1, incast_pauses), (b_pauses, incast_pauses)
+    assert b["pauses"] >= 10 * max(1, a["pauses"], incast_pauses), (a, b, incast_pauses)
     assert {"leaf3:spine1", "leaf3:spine2"} & set(b_pauses), b_pauses  # leaf3 paused its spines
     assert {k for k in b_pauses if k.startswith("spine")}, b_pauses  # ... which paused others
     flows = {f["name"]: f for f in r["flows"]}
-    assert all(f["spines"] == [f["name"].endswith(("p1", "p3")) and "spine1" or "spine2"]
+    assert all(f["spines"] == ["spine1" if f["name"].endswith(("p1", "p3", "victim")) else "spine2"]
                for f in r["flows"]), [(f["name"], f["spines"]) for f in r["flows"]]  # `via` held
-    # The victim (rate-limited to 120G = 30 Mbit/s here) keeps its rate in phase A and
-    # loses it in B (measured 28 -> 15-18 Mbit/s): its spine (spine2) was paused toward
-    # leaf3 while it crossed, though its own port (leaf3 -> decode2) never filled.
-    a_victim, b_victim = flows["a-victim"], flows["b-victim"]
-    limit = 120e9 / r["dilation"]
-    assert a_victim["goodput_bps"] >= 0.85 * limit, a_victim["goodput_bps"]
-    assert b_victim["goodput_bps"] <= 0.8 * a_victim["goodput_bps"], (a_victim["goodput_bps"],
-                                                                      b_victim["goodput_bps"])
-    assert b_pauses.get("leaf3:spine2", 0) > 0, b_pauses
-    to_decode2 = [p for p in r["ports"] if (p["node"], p["port"], p["tc"]) == ("leaf3", "decode2", 3)]
-    assert to_decode2 and to_decode2[0]["max_queued"] < 1_000_000, to_decode2
-    assert a_victim["integrity_ok"] and b_victim["integrity_ok"]
+    # The victim (prefill1 -> decode3, 2 MiB handoffs back to back) never touches leaf3,
+    # yet its port and its leaf's uplink were paused, its throughput fell (measured
+    # 29-31 %) and its handoff tail grew (p99 3-4.6x): head-of-line blocking behind p1,
+    # and marks from the queues the pauses built.
+    paused = r["pfc"]["paused_s"]
+    assert paused.get("prefill1:eth0:3", 0) > 0 and paused.get("leaf1:spine1:3", 0) > 0, paused
+    own = [p for p in r["ports"] if (p["node"], p["port"], p["tc"]) in
+           {("spine1", "leaf4", 3), ("leaf4", "decode3", 3)}]
+    assert len(own) == 2 and all(p["max_queued"] < 1_000_000 for p in own), own  # its path idle
+    victim_a, victim_b = a["rates_bps"]["victim"], b["rates_bps"]["victim"]
+    assert victim_b <= 0.85 * victim_a, (victim_a, victim_b)
+    tail_a, tail_b = a["handoffs"]["victim"]["p99_s"], b["handoffs"]["victim"]["p99_s"]
+    assert tail_b >= 2 * tail_a, (a["handoffs"], b["handoffs"])
+    assert flows["victim"]["integrity_ok"]
 
 
 def test_dcqcn_overrides_reach_the_engines(incast, tmp_path):

@@ -37,3 +37,24 @@ def test_bottleneck_is_the_busiest_port_of_the_class():
     assert (b["node"], b["utilisation"]) == ("b", pytest.approx(0.97))
     assert b["queue_p50"] == b["queue_max"] == 200_000
     assert bottleneck(ports, 5.0, 5.0, 100e6, tc=3) is None  # empty window
+
+
+def test_a_phase_spans_its_flows_and_rates_each_flow_while_it_ran():
+    from emulator.experiment.runner import phase
+
+    flows = [{"name": "victim", "start_s": 0.0, "end_s": None,  # still running at the end
+              "handoffs": [[0.5, 0.2], [1.5, 0.4], [4.0, 1.0], [6.0, 0.1]]},
+             {"name": "a", "start_s": 1.0, "end_s": 3.0},
+             {"name": "b", "start_s": 2.0, "end_s": 5.0},
+             {"name": "late", "start_s": 9.0, "end_s": 10.0}]
+    series = {"victim": [(0.0, 0), (10.0, 10_000)],  # 8 kbit/s throughout
+              "a": [(1.0, 0), (3.0, 1000)], "b": [(2.0, 0), (5.0, 3000)],
+              "late": [(9.0, 0), (10.0, 500)]}
+    ports = [{"series": {"pause_tx": [(0.0, 0), (2.0, 4), (4.0, 10), (6.0, 30)]}},
+             {"series": {}}]
+    ph = phase(["a", "b"], flows, series, ports)
+    assert (ph["from_s"], ph["to_s"]) == (1.0, 5.0)
+    assert ph["rates_bps"] == pytest.approx({"victim": 8000.0, "a": 4000.0, "b": 8000.0})
+    assert ph["handoffs"].keys() == {"victim"}  # only repeated flows have handoffs
+    assert (ph["handoffs"]["victim"]["count"], ph["handoffs"]["victim"]["max_s"]) == (2, 1.0)
+    assert ph["pauses"] == 18  # 2 at t=1 -> 20 at t=5 (interpolated between samples)
