@@ -74,6 +74,7 @@ class Controller:
                     self.raw[port.port_id] = raw
             for port in node.interfaces:
                 self._switch(node, port)  # prebuild every pause switch now, not on the hot path
+            qos.keep_order(node.netns, [p.name for p in node.interfaces])
         ids = {name: libbpf.map_id(self.obj.map_fd(name)) for name in ("cfg", "stats", "dscp_tc")}
         (self.run_dir / "bpf.json").write_text(json.dumps({"maps": ids, "ports": len(self.ports)}))
 

@@ -14,8 +14,10 @@ HTB class rate change does not work as a pause switch: it stays stuck).
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import subprocess
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
@@ -24,6 +26,7 @@ from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 # (the limit is in bytes for bfifo), so the pfifo encoder serves for both.
 _tc_plugins.setdefault("bfifo", _tc_plugins["pfifo"])
 
+from ..errors import RocelabError
 from .model import CNP_TC, DEFAULT_TC, ROCE_TC, CongestionPlan
 
 TC_PRIO = {CNP_TC: 0, ROCE_TC: 1, DEFAULT_TC: 2}
@@ -62,6 +65,25 @@ def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
                              (INGRESS, ingress_fd, "fabric_ingress")):
         ipr.tc("add-filter", "bpf", idx, ":1", fd=fd, name=name, parent=parent,
                classid=1, direct_action=True)
+
+
+def keep_order(netns_name: str, ifnames: list[str]) -> None:
+    """Receive each flow on one CPU (RPS) on these ports, in their namespace.
+
+    veth puts a frame on the backlog of the CPU that dequeued it from the
+    sender's qdisc. A shaped or paused qdisc is dequeued from timers and
+    softirqs on any CPU, so two packets of one QP can be received out of
+    order, and RoCE answers reordering with a NAK and go-back-N (measured:
+    hundreds of spurious retransmissions per flow under pauses, 0 drops).
+    RPS picks the CPU by flow hash instead. sysfs shows a namespace's ports
+    only to a mount of its own, which `ip netns exec` makes.
+    """
+    mask = format((1 << min(os.cpu_count() or 1, 32)) - 1, "x")
+    script = "; ".join(f"echo {mask} > /sys/class/net/{i}/queues/rx-0/rps_cpus" for i in ifnames)
+    done = subprocess.run(["ip", "netns", "exec", netns_name, "sh", "-ec", script],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RocelabError(f"cannot steer receive on {netns_name}: {done.stderr.strip()}")
 
 
 def set_pause(ipr: IPRoute, idx: int, cp: CongestionPlan, mtu: int, paused: bool,
