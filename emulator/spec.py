@@ -136,6 +136,11 @@ class Dcqcn(Strict):
         default_factory=dict, description="Profile parameters to change, at real link speed: "
         "rate_ai: 10M, increase_timer: 55us, byte_counter: 10MiB, g: 0.004, f: 5, ...")
 
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
+
 
 class Congestion(Strict):
     enabled: bool = Field(False, description="Shape every port and run ECN, PFC and DCQCN.")

@@ -59,6 +59,8 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
     for e in res["events"]:
         conv = e.get("convergence") or {}
         extra = f", routing converged in {conv['converge_s']} s" if conv.get("converge_s") is not None else ""
+        what = " ".join(str(e[k]) for k in ("node", "host", "enabled", "profile") if k in e)
+        failed = f" [red]FAILED: {e['error']}[/]" if e.get("error") else ""
         console.print(f"  t={e['t_s']:.2f} s {e['kind']} {e.get('action', '')} "
-                      f"{e.get('name') or e.get('target', '')}{extra}", soft_wrap=True)
+                      f"{e.get('name') or e.get('target', '')}{what}{extra}{failed}", soft_wrap=True)
     console.print(f"results: {Path(out) / 'results.json'}")

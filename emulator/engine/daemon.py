@@ -76,6 +76,8 @@ class Engine:
 
     def set_profile(self, name: str) -> dict[str, Any]:
         """(data thread) Switch DCQCN for this host's current and future QPs."""
+        if name not in ("nvidia", "paper", "off"):
+            raise EngineError(f"DCQCN profile {name!r}: must be nvidia, paper or off")
         self.profile = self.config.profile(name)
         now = time.monotonic()
         for qp in self.dp.qps.values():
@@ -108,10 +110,12 @@ class Engine:
         with Channel(conn) as ch:
             try:
                 handler(ch)
-            except (RocelabError, OSError) as e:
+            except Exception as e:  # every request gets an answer, a bug included
+                if not isinstance(e, (RocelabError, OSError)):
+                    log.exception("%s failed", handler.__name__)
                 log.warning("%s: %s", handler.__name__, e)
                 try:
-                    ch.send({"event": "error", "error": str(e)})
+                    ch.send({"event": "error", "error": str(e) or type(e).__name__})
                 except OSError:
                     pass
 

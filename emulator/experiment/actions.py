@@ -18,12 +18,12 @@ from .spec import Action, parse_duration
 def apply(plan: Plan, action: Action) -> dict[str, Any]:
     """Carry out one action now; return what was done."""
     kind, args = action.kind, getattr(action, action.kind)
-    if kind == "ecn":
-        set_ecn(plan, plan.node(args["node"]), bool(args.get("enabled", False)))
+    if kind == "ecn":  # arguments validated and defaulted by spec.Action
+        set_ecn(plan, plan.node(args["node"]), args["enabled"])
     elif kind == "drain":
-        set_drain(plan, plan.node(args["host"]), bool(args.get("enabled", True)))
+        set_drain(plan, plan.node(args["host"]), args["enabled"])
     elif kind == "dcqcn":
-        client.set_dcqcn(plan, plan.node(args["host"]), str(args.get("profile", "off")))
+        client.set_dcqcn(plan, plan.node(args["host"]), args["profile"])
     elif kind == "fault":
         from .. import faults  # faults.apply is the same entry point `rocelab fail` uses
         return {"kind": kind, **faults.apply(plan, dict(args))}

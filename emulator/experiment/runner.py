@@ -125,6 +125,14 @@ def check(exp: Experiment, plan: Plan) -> None:
         workload.host(plan, f.dst, option=f"flows.{f.name}.dst")
         if f.via is not None and f.via not in spines:
             raise RocelabError(f"flows.{f.name}.via: no spine {f.via!r}; spines: {', '.join(spines)}")
+    switches = {n.name for n in plan.routers}
+    for i, a in enumerate(exp.actions):
+        args = getattr(a, a.kind)
+        if a.kind == "ecn" and args["node"] not in switches:
+            raise RocelabError(f"actions.{i}.ecn.node: no switch {args['node']!r}; "
+                               f"switches: {', '.join(sorted(switches))}")
+        if a.kind in ("drain", "dcqcn"):
+            workload.host(plan, args["host"], option=f"actions.{i}.{a.kind}.host")
     needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
     if needs_cc and plan.congestion is None:
         raise RocelabError(f"experiment {exp.name}: actions {', '.join(needs_cc)} need a topology "
@@ -132,7 +140,9 @@ def check(exp: Experiment, plan: Plan) -> None:
 
 
 def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
-    hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}, key=lambda n: n.name)
+    hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}
+                   | {plan.node(a.dcqcn["host"]) for a in exp.actions if a.kind == "dcqcn"},
+                   key=lambda n: n.name)
     client.ensure_engines(plan, hosts)
     t0 = time.monotonic() + 0.2
     deadline = t0 + parse_duration(exp.duration)

@@ -72,12 +72,37 @@ class Flow(Strict):
         return v
 
 
+# Action kind -> (whom it acts on, its setting, the setting's default)
+ACTION_ARGS = {"ecn": ("node", "enabled", False), "drain": ("host", "enabled", True),
+               "dcqcn": ("host", "profile", "off")}
+
+
 class Action(Strict):
     at: Duration
     ecn: dict[str, Any] | None = Field(None, description="{node: leaf3, enabled: false}")
     drain: dict[str, Any] | None = Field(None, description="{host: decode1, enabled: false}")
     dcqcn: dict[str, Any] | None = Field(None, description="{host: prefill1, profile: paper|nvidia|off}")
     fault: dict[str, Any] | None = Field(None, description="{fail: link, a: leaf1, b: spine2} (see faults)")
+
+    @field_validator("ecn", "drain", "dcqcn")
+    @classmethod
+    def _args(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        who, flag, default = ACTION_ARGS[info.field_name]  # type: ignore[index]
+        unknown = set(v) - {who, flag}
+        if unknown:
+            raise ValueError(f"unknown key {sorted(unknown)[0]!r}; allowed: {who}, {flag}")
+        if not isinstance(v.get(who), str):
+            raise ValueError(f"{who}: name the {'switch' if who == 'node' else 'host'} it acts on")
+        value = v.get(flag, default)
+        if flag == "profile":
+            value = "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+            if value not in ("nvidia", "paper", "off"):
+                raise ValueError(f"profile: must be one of nvidia, paper, off (got {value!r})")
+        elif not isinstance(value, bool):
+            raise ValueError(f"{flag}: must be true or false (got {value!r})")
+        return {who: v[who], flag: value}
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Action":

@@ -60,28 +60,30 @@ def _pauses_after(r: dict, t: float) -> dict[str, int]:
 def test_dcqcn_off_on_one_switch_pauses_spread_and_hurt_a_victim(cc, incast, tmp_path):
     r = run("dcqcn-off-one-switch", cc.name, tmp_path)
     assert r["integrity_ok"] and r["lossless_drops"] == 0
-    (off,) = r["events"]
-    assert (off["kind"], off["node"], off["enabled"]) == ("ecn", "leaf3", False)
+    (ecn_off,) = r["events"]
+    assert (ecn_off["kind"], ecn_off["node"], ecn_off["enabled"]) == ("ecn", "leaf3", False)
     a, b = r["phases"]["A"], r["phases"]["B"]
-    assert a["to_s"] < off["t_s"] < b["from_s"], (a, off, b)  # the phases do not overlap the switch
-    b_pauses = _pauses_after(r, off["t_s"])
+    assert a["to_s"] < ecn_off["t_s"] < b["from_s"], (a, ecn_off, b)  # phases apart from the switch
+    b_pauses = _pauses_after(r, ecn_off["t_s"])
     incast_pauses = sum(p["pause_tx"] for p in incast["ports"])
     assert b["pauses"] >= 10 * max(1, a["pauses"], incast_pauses), (a, b, incast_pauses)
     assert {"leaf3:spine1", "leaf3:spine2"} & set(b_pauses), b_pauses  # leaf3 paused its spines
     assert {k for k in b_pauses if k.startswith("spine")}, b_pauses  # ... which paused others
     flows = {f["name"]: f for f in r["flows"]}
-    assert all(f["spines"] == ["spine1" if f["name"].endswith(("p1", "p3", "victim")) else "spine2"]
+    assert all(f["spines"] == ["spine1" if f["name"].endswith(("p1", "p3")) else "spine2"]
                for f in r["flows"]), [(f["name"], f["spines"]) for f in r["flows"]]  # `via` held
-    # The victim (prefill1 -> decode3, 2 MiB handoffs back to back) never touches leaf3,
-    # yet pauses reached its host port or its leaf's uplink while its own path stayed
-    # empty: head-of-line exposure. (Its slowdown is reported, not asserted: -2 to 19 %
-    # in throughput, handoff p99 0.6-5.4x, over 5 runs -- see docs/congestion.md.)
-    paused = r["pfc"]["paused_s"]
-    assert {"prefill1:eth0:3", "leaf1:spine1:3"} & set(paused), paused
-    own = [p for p in r["ports"] if (p["node"], p["port"], p["tc"]) in
-           {("spine1", "leaf4", 3), ("leaf4", "decode3", 3)}]
-    assert len(own) == 2 and all(p["max_queued"] < 1_000_000 for p in own), own  # its path idle
-    assert a["handoffs"]["victim"]["count"] > 10 and b["handoffs"]["victim"]["count"] > 10
+    # Head-of-line blocking: the victim (decode3 -> decode2, handoffs at <= 160G) shares
+    # spine2 -> leaf3, which leaf3 paused, but not the congested port; its own port
+    # (leaf3 -> decode2) never filled, yet its throughput fell to 41-59 % of phase A
+    # and its handoff p99 grew 1.4-6x (5 runs): it waited in the paused queue, which
+    # also marked it.
+    assert r["pfc"]["paused_s"].get("spine2:leaf3:3", 0) > 0, r["pfc"]["paused_s"]
+    own = [p for p in r["ports"] if (p["node"], p["port"], p["tc"]) == ("leaf3", "decode2", 3)]
+    assert own and own[0]["max_queued"] < 1_000_000, own
+    victim_a, victim_b = a["rates_bps"]["victim"], b["rates_bps"]["victim"]
+    assert victim_b <= 0.75 * victim_a, (victim_a, victim_b)
+    tail_a, tail_b = a["handoffs"]["victim"]["p99_s"], b["handoffs"]["victim"]["p99_s"]
+    assert tail_b >= 1.2 * tail_a, (a["handoffs"], b["handoffs"])
     # Nothing lost, nothing reordered: no NAK, no go-back-N anywhere (RPS keeps veth in order)
     assert all(f["naks_rx"] == 0 and f["retransmitted_packets"] == 0 for f in r["flows"]), [
         (f["name"], f["naks_rx"], f["retransmitted_packets"]) for f in r["flows"]]

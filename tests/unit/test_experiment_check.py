@@ -39,3 +39,38 @@ def test_a_good_flow_passes_and_congestion_actions_need_a_congestion_plane(plans
     runner.check(exp, plans["clos-2x4-cc"])
     with pytest.raises(RocelabError, match="need a topology with `congestion: enabled: true`"):
         runner.check(exp, plans["clos-2x4"])
+
+
+def _with_action(action: str) -> Experiment:
+    import yaml  # as the file is read: YAML 1.1, so a bare `off` is false
+
+    return Experiment.model_validate({"name": "x", "topology": "t.yaml", "flows": [
+        {"name": "f", "src": "prefill1", "dst": "decode1", "size": "1MiB"}],
+        "actions": [yaml.safe_load(action)]})
+
+
+def test_a_bare_off_profile_means_off_and_defaults_are_filled():
+    (a,) = _with_action("{at: 0s, dcqcn: {host: decode3, profile: off}}").actions
+    assert a.dcqcn == {"host": "decode3", "profile": "off"}
+    (a,) = _with_action("{at: 0s, drain: {host: decode1}}").actions
+    assert a.drain == {"host": "decode1", "enabled": True}
+
+
+@pytest.mark.parametrize("action, message", [
+    ("{at: 0s, dcqcn: {host: decode3, profile: fast}}", "profile: must be one of nvidia, paper, off"),
+    ("{at: 0s, ecn: {nod: leaf3}}", "unknown key 'nod'; allowed: node, enabled"),
+    ("{at: 0s, drain: {host: decode1, enabled: maybe}}", "enabled: must be true or false"),
+])
+def test_bad_action_arguments_are_refused_when_read(action, message):
+    with pytest.raises(ValueError, match=message):
+        _with_action(action)
+
+
+@pytest.mark.parametrize("action, message", [
+    ("{at: 0s, ecn: {node: decode1}}", "actions.0.ecn.node: no switch 'decode1'"),
+    ("{at: 0s, dcqcn: {host: spine1}}", "actions.0.dcqcn.host: spine1 is a spine, not a host"),
+    ("{at: 0s, drain: {host: decode9}}", "actions.0.drain.host: no host 'decode9'"),
+])
+def test_actions_name_nodes_of_the_plan(plans, action, message):
+    with pytest.raises(RocelabError, match=message.replace(".", r"\.")):
+        runner.check(_with_action(action), plans["clos-2x4-cc"])
