@@ -93,9 +93,17 @@ class Job:
         return cls(**(d | {"op": Op(d["op"])}))
 
 
+SOURCE_CHUNK = 64 << 20  # randbytes(n) builds an n*8-bit int: 256 MiB and up overflow
+
+
 def source_bytes(job: Job) -> bytearray:
     """The prefill side's region: seeded random bytes, so runs are reproducible."""
-    return bytearray(random.Random(job.seed).randbytes(job.region_bytes))
+    rng, size = random.Random(job.seed), job.region_bytes
+    buf = bytearray(size)
+    for off in range(0, size, SOURCE_CHUNK):
+        n = min(SOURCE_CHUNK, size - off)
+        buf[off:off + n] = rng.randbytes(n)
+    return buf
 
 
 def digest(region: memoryview | bytearray, segments: list[Segment], side: str) -> str:

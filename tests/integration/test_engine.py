@@ -38,6 +38,12 @@ def test_64mib_across_leaves_with_integrity(fabric, op):
     assert fabric.plan.node("prefill1").leaf != fabric.plan.node("decode1").leaf
 
 
+def test_a_region_of_256_mib_and_more_is_built_and_moved(fabric):
+    """Seeded source bytes come in chunks: one randbytes() call overflows at 256 MiB."""
+    res = transfer(fabric, "--src", "prefill2", "--dst", "decode2", "--size", "300MiB", "--qps", "4")
+    assert res.get("integrity_ok") is True and res["bytes"] == 300 << 20, res
+
+
 def _uplink_tx(lab) -> dict[str, int]:
     ports = dataplane.port_counters(lab.plan.node("leaf1"))
     return {s: ports[s]["tx_packets"] for s in ("spine1", "spine2")}

@@ -47,3 +47,14 @@ def test_unknown_model_and_dtype_are_clear():
         model("gpt5")
     with pytest.raises(RocelabError, match="--dtype"):
         model("llama3-8b").bytes_per_token("int3")
+
+
+def test_source_bytes_are_seeded_and_chunked_for_large_regions(monkeypatch):
+    from emulator.engine import job as jobmod
+    from emulator.engine.job import Job, Op, source_bytes
+
+    small = Job(Op.WRITE, size=1000, seed=3)
+    assert source_bytes(small) == source_bytes(small) != source_bytes(Job(Op.WRITE, size=1000))
+    monkeypatch.setattr(jobmod, "SOURCE_CHUNK", 256)  # as a 256 MiB+ region is built
+    chunked = source_bytes(small)
+    assert len(chunked) == 1000 and chunked[:256] == source_bytes(Job(Op.WRITE, size=256, seed=3))
