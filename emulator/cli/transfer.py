@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .. import lab, workload
 from ..report import record
+from ..spec import SPEED_RE, parse_speed
 from ..units import parse_size
 from ..engine.job import Job, Op
 from .options import engine_options
@@ -21,17 +22,19 @@ from .progress import byte_progress
 @click.option("--src", required=True, help="Prefill host (where the data is).")
 @click.option("--dst", required=True, help="Decode host (where it must land).")
 @click.option("--size", required=True, help="Bytes: 64MiB, 1GiB, 500MB, 4096.")
+@click.option("--rate", help="Rate limit of the transfer, real-equivalent (e.g. 100G): its QPs' "
+              "NIC rate limiters, split evenly. Default: none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @engine_options
-def command(name: str, src: str, dst: str, size: str, op: str, qps: int, mtu: int,
-            as_json: bool, out: str | None) -> None:
+def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str, qps: int,
+            mtu: int, as_json: bool, out: str | None) -> None:
     """Move bytes from SRC to DST over RoCEv2 and verify them end to end.
 
     Example: rocelab transfer clos-2x4 --src prefill1 --dst decode1 --size 64MiB --qps 4
     """
     lab.require_root()
     plan = lab.lab_plan(name)
-    job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu,
+    job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu, rate_bps=wall_rate(plan, rate),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     s, d = workload.host(plan, src), workload.host(plan, dst, option="--dst")
     rec = record.Recorder(plan)
@@ -47,6 +50,15 @@ def command(name: str, src: str, dst: str, size: str, op: str, qps: int, mtu: in
     print_transfer(res)
     if out:
         Console().print(f"report: {Path(out) / 'report.html'} (and report.md, plots, results.json)")
+
+
+def wall_rate(plan, rate: str | None) -> float:
+    """--rate (real-equivalent) as the engine paces it: divided by the lab's dilation."""
+    if rate is None:
+        return 0.0
+    if not SPEED_RE.match(rate.strip()) or not parse_speed(rate):
+        raise click.BadParameter(f"{rate!r} is not a speed like 100G or 25G", param_hint="--rate")
+    return parse_speed(rate) / (plan.congestion.dilation if plan.congestion else 1.0)
 
 
 def print_transfer(res: dict) -> None:

@@ -44,6 +44,15 @@ def test_a_region_of_256_mib_and_more_is_built_and_moved(fabric):
     assert res.get("integrity_ok") is True and res["bytes"] == 300 << 20, res
 
 
+def test_a_rate_limit_paces_the_transfer(fabric):
+    res = transfer(fabric, "--src", "prefill3", "--dst", "decode3", "--size", "16MiB",
+                   "--qps", "2", "--rate", "400M")  # unshaped lab: D = 1
+    assert res["integrity_ok"] and 0.3 <= res["goodput_gbps"] <= 0.41, res["goodput_gbps"]
+    bad = cli("transfer", fabric.name, "--src", "prefill3", "--dst", "decode3", "--size", "1MiB",
+              "--rate", "fast", check=False)
+    assert bad.returncode == 2 and "--rate" in bad.stderr and "'fast'" in bad.stderr
+
+
 def _uplink_tx(lab) -> dict[str, int]:
     ports = dataplane.port_counters(lab.plan.node("leaf1"))
     return {s: ports[s]["tx_packets"] for s in ("spine1", "spine2")}
