@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from ..plan import Plan
+
 Labels = dict[str, str]
 
 
@@ -75,3 +77,16 @@ class Families:
 
 def index(families: Iterable[Family]) -> dict[str, Family]:
     return {f.name: f for f in families}
+
+
+class Source:
+    """What every collector shares: its lab's plan, and a source that exists
+    unless the collector says when it does not (`applies`)."""
+
+    name = ""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def applies(self) -> bool:
+        return True

@@ -1,8 +1,8 @@
 """One collector per source, each split into an impure `fetch()` and a pure `parse()`.
 
-A collector is a class with `name`, `__init__(plan)`, `applies()` (does the
-source exist in this lab?), `fetch()` (raw, capturable data: bytes, text,
-JSON) and a static `parse(raw, plan) -> list[Family]`. Fixtures under
+A collector is a `model.Source` with a `name`, `applies()` (does the source
+exist in this lab? by default yes), `fetch()` (raw, capturable data: bytes,
+text, JSON) and a static `parse(raw, plan) -> list[Family]`. Fixtures under
 tests/unit/fixtures/metrics are `fetch()` outputs captured from a real lab
 (`rocelab metrics LAB --capture DIR`).
 """

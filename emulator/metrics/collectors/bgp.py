@@ -17,7 +17,7 @@ from ...converge import expected_width
 from ...paths import node_run_dir
 from ...plan import Kind, Node, Plan
 from .. import vty
-from ..model import Families, Family, Labels
+from ..model import Families, Family, Labels, Source
 from ..model import Kind as MetricKind
 
 NAME = "bgp"
@@ -26,11 +26,8 @@ SUMMARY = "show bgp ipv4 unicast summary json"
 ROUTES = "show ip route bgp json"
 
 
-class Collector:
+class Collector(Source):
     name = NAME
-
-    def __init__(self, plan: Plan):
-        self.plan = plan
 
     def applies(self) -> bool:
         return bool(self.plan.routers)

@@ -20,7 +20,7 @@ from ...congestion.maps import MAX_PORTS, NTC, STAT, STAT_FIELDS
 from ...congestion.model import TCS
 from ...paths import lab_run_dir
 from ...plan import Plan
-from ..model import Families, Family, Kind
+from ..model import Families, Family, Kind, Source
 
 NAME = "dataplane"
 C, G = Kind.COUNTER, Kind.GAUGE
@@ -43,11 +43,11 @@ FIELDS = (  # map field, metric, kind, help
 )
 
 
-class Collector:
+class Collector(Source):
     name = NAME
 
     def __init__(self, plan: Plan):
-        self.plan = plan
+        super().__init__(plan)
         self._map: tuple[int, int, Any] | None = None  # (map id, fd, mmap)
         self.size = (max(p.port_id for n in plan.nodes for p in n.interfaces) + 1) * NTC * STAT.size
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...paths import node_run_dir
 from ...plan import Plan
-from ..model import Families, Family, Kind, Labels
+from ..model import Families, Family, Kind, Labels, Source
 
 NAME = "engine"
 TIMEOUT_S = 1.0
@@ -62,11 +62,11 @@ TRANSPORT = {  # TransportCounters field -> (metric, help)
 }
 
 
-class Collector:
+class Collector(Source):
     name = NAME
 
     def __init__(self, plan: Plan):
-        self.plan = plan
+        super().__init__(plan)
         self._pool = ThreadPoolExecutor(max(1, min(8, len(plan.hosts))), "engine-stats")
 
     def applies(self) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...plan import Plan
 from .. import netlink
-from ..model import Families, Family, Kind
+from ..model import Families, Family, Kind, Source
 
 NAME = "interface"
 COUNTERS = (  # stats64 field, metric, help
@@ -23,14 +23,8 @@ COUNTERS = (  # stats64 field, metric, help
 )
 
 
-class Collector:
+class Collector(Source):
     name = NAME
-
-    def __init__(self, plan: Plan):
-        self.plan = plan
-
-    def applies(self) -> bool:
-        return True
 
     def fetch(self) -> dict[str, bytes]:
         out = {}

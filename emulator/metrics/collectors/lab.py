@@ -7,19 +7,13 @@ from __future__ import annotations
 
 from ...plan import Kind as NodeKind
 from ...plan import Plan
-from ..model import Families, Family, Kind
+from ..model import Families, Family, Kind, Source
 
 NAME = "lab"
 
 
-class Collector:
+class Collector(Source):
     name = NAME
-
-    def __init__(self, plan: Plan):
-        self.plan = plan
-
-    def applies(self) -> bool:
-        return True
 
     def fetch(self) -> dict[str, str]:
         return {}

@@ -14,7 +14,7 @@ from ...congestion.model import TCS
 from ...congestion.qos import classid
 from ...plan import Plan
 from .. import netlink
-from ..model import Families, Family, Kind
+from ..model import Families, Family, Kind, Source
 
 NAME = "qdisc"
 TC_ROOT = 0xFFFFFFFF
@@ -31,15 +31,12 @@ STATS = (
 CLASS_TC = {classid(tc): tc for tc in TCS}
 
 
-class Collector:
+class Collector(Source):
     name = NAME
 
     def __init__(self, plan: Plan):
-        self.plan = plan
+        super().__init__(plan)
         self._ifnames: dict[str, dict[int, str]] = {}  # node -> ifindex -> name
-
-    def applies(self) -> bool:
-        return True
 
     def fetch(self) -> dict[str, dict]:
         out = {}
