@@ -122,12 +122,11 @@ def heard_since(entry: dict[str, object], elapsed_s: float) -> bool:
     return last_read_s + 1.0 <= elapsed_s
 
 
-def _neighbor(plan: Plan, node: Node, peer: str) -> dict[str, object]:
-    """`node`'s BGP neighbor entry for router `peer` (unnumbered: keyed by port; /31: by hostname)."""
+def _neighbor(entries: dict[str, object], node: Node, peer: str) -> dict[str, object]:
+    """From `node`'s `show bgp neighbors json`, the entry for router `peer`
+    (unnumbered: keyed by port; /31: by the peer's hostname)."""
     port = next(i.name for i in node.interfaces if i.peer == peer)
-    data = vtysh_json(plan.lab, node.name, "show bgp neighbors json", daemon="bgpd")
-    entries = data if isinstance(data, dict) else {}
-    return entries.get(port) or next(
+    return entries.get(port) or next(  # type: ignore[return-value]
         (e for e in entries.values() if isinstance(e, dict) and e.get("hostname") == peer), {})
 
 
@@ -143,8 +142,13 @@ def wait_heard(plan: Plan, links: list[tuple[str, str]], since: float, timeout_s
     ends += [(b, a) for a, b in ends]
     deadline = time.monotonic() + timeout_s
     while ends:
+        neighbors = {}  # one vtysh query per node and round, however many of its links healed
+        for a in dict.fromkeys(a for a, _ in ends):
+            data = vtysh_json(plan.lab, a, "show bgp neighbors json", daemon="bgpd")
+            neighbors[a] = data if isinstance(data, dict) else {}
+        elapsed = time.monotonic() - since
         ends = [(a, b) for a, b in ends
-                if not heard_since(_neighbor(plan, plan.node(a), b), time.monotonic() - since)]
+                if not heard_since(_neighbor(neighbors[a], plan.node(a), b), elapsed)]
         if ends and time.monotonic() >= deadline:
             raise ConvergeTimeout("BGP has not heard its peer since the heal on "
                                   + ", ".join(f"{a}->{b}" for a, b in ends))
