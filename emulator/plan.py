@@ -115,6 +115,11 @@ class Plan:
         return [n for n in self.nodes if n.kind is kind]
 
     @property
+    def dilation(self) -> float:
+        """Time dilation D of the congestion plane; 1 on an unshaped lab."""
+        return self.congestion.dilation if self.congestion else 1.0
+
+    @property
     def routers(self) -> list[Node]:
         return [n for n in self.nodes if n.is_router]
 

@@ -201,6 +201,11 @@ class Topology(Strict):
         return v
 
 
+def speed_or_zero(text: str) -> int:
+    """'100G' -> bits per second; 0 if the text is not a positive speed."""
+    return parse_speed(text) if SPEED_RE.match(text.strip()) else 0
+
+
 def parse_speed(text: str) -> int:
     """'400G' -> 400_000_000_000 bits per second."""
     m = SPEED_RE.match(text.strip())

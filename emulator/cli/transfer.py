@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .. import lab, workload
 from ..report import record
-from ..spec import SPEED_RE, parse_speed
+from ..spec import speed_or_zero
 from ..units import parse_size
 from ..engine.job import Job, Op
 from .options import engine_options
@@ -56,9 +56,10 @@ def wall_rate(plan, rate: str | None) -> float:
     """--rate (real-equivalent) as the engine paces it: divided by the lab's dilation."""
     if rate is None:
         return 0.0
-    if not SPEED_RE.match(rate.strip()) or not parse_speed(rate):
+    bps = speed_or_zero(rate)
+    if not bps:
         raise click.BadParameter(f"{rate!r} is not a speed like 100G or 25G", param_hint="--rate")
-    return parse_speed(rate) / (plan.congestion.dilation if plan.congestion else 1.0)
+    return bps / plan.dilation
 
 
 def print_transfer(res: dict) -> None:

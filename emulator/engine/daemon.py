@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, RocelabError
-from ..roce.dcqcn import ReactionPoint
+from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
 from ..roce.rc import QueuePair
 from ..roce.verbs import QpConfig
@@ -76,8 +76,8 @@ class Engine:
 
     def set_profile(self, name: str) -> dict[str, Any]:
         """(data thread) Switch DCQCN for this host's current and future QPs."""
-        if name not in ("nvidia", "paper", "off"):
-            raise EngineError(f"DCQCN profile {name!r}: must be nvidia, paper or off")
+        if name not in CHOICES:
+            raise EngineError(f"DCQCN profile {name!r}: must be one of {', '.join(CHOICES)}")
         self.profile = self.config.profile(name)
         now = time.monotonic()
         for qp in self.dp.qps.values():

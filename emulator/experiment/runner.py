@@ -26,6 +26,7 @@ from . import report
 from .spec import Experiment, Flow, load, parse_duration
 
 Progress = Callable[[str], None]
+COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
 
 
 def _job(flow: Flow, timeout: float, dilation: float) -> Job:
@@ -40,8 +41,7 @@ class FlowRun(threading.Thread):
         super().__init__(name=f"flow-{flow.name}", daemon=True)
         self.plan, self.flow, self.t0 = plan, flow, t0
         self.start_at = t0 + parse_duration(flow.at)
-        self.job = _job(flow, deadline - self.start_at,
-                        plan.congestion.dilation if plan.congestion else 1.0)
+        self.job = _job(flow, deadline - self.start_at, plan.dilation)
         self.series: list[tuple[float, float]] = []
         self.results: list[dict[str, Any]] = []  # one per transfer (`repeat`)
         self.handoffs: list[tuple[float, float]] = []  # (start, duration) per transfer, wall
@@ -83,10 +83,9 @@ class FlowRun(threading.Thread):
             return None
         if len(self.results) == 1:
             return self.results[0]
-        counters = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")
         return {"integrity_ok": all(r.get("integrity_ok") for r in self.results),
                 "qps": [q for r in self.results for q in r.get("qps", [])],
-                **{k: sum(r.get(k, 0) for r in self.results) for k in counters}}
+                **{k: sum(r.get(k, 0) for r in self.results) for k in COUNTERS}}
 
     def _tick(self, done: int, _total: int, sent: int | None = None) -> None:
         self.series.append((round(time.monotonic() - self.t0, 4),
@@ -183,7 +182,7 @@ def _add_convergence(plan: Plan, events: list[dict[str, Any]], samples: list) ->
 def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], ports: list[dict],
               events: list[dict], pfc0: dict, pfc1: dict) -> dict[str, Any]:
     cp = plan.congestion
-    dilation = cp.dilation if cp else 1.0
+    dilation = plan.dilation
     flow_out = [_flow_summary(f, t0, dilation) for f in flows]
     starts = [f["start_s"] for f in flow_out]
     ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
@@ -255,8 +254,7 @@ def _flow_summary(f: FlowRun, t0: float, dilation: float) -> dict[str, Any]:
         "fct_s": fct, "fct_real_s": fct / dilation if fct else None,
         "goodput_bps": f.job.payload_bytes * f.flow.repeat * 8 / fct if fct else None,
         "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
-        **{k: r.get(k, 0) for k in ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx",
-                                    "cnps_tx")},
+        **{k: r.get(k, 0) for k in COUNTERS},
         "spines": sorted({q.get("spine") for q in r.get("qps", []) if q.get("spine")}),
         "rate_series": analysis.rates(f.series),
         **({"handoffs": [[round(a, 4), round(d, 4)] for a, d in f.handoffs]}

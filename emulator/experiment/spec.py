@@ -11,7 +11,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
                       model_validator)
 
 from ..errors import SpecError
-from ..spec import SPEED_RE, _describe, parse_speed
+from ..roce.dcqcn import CHOICES
+from ..spec import _describe, speed_or_zero
 from ..units import parse_size
 
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
@@ -67,7 +68,7 @@ class Flow(Strict):
     @field_validator("rate")
     @classmethod
     def _rate(cls, v: str | None) -> str | None:
-        if v is not None and (not SPEED_RE.match(v.strip()) or not parse_speed(v)):
+        if v is not None and not speed_or_zero(v):
             raise ValueError(f"{v!r} is not a positive speed like 100G or 25G")
         return v
 
@@ -98,8 +99,8 @@ class Action(Strict):
         value = v.get(flag, default)
         if flag == "profile":
             value = "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
-            if value not in ("nvidia", "paper", "off"):
-                raise ValueError(f"profile: must be one of nvidia, paper, off (got {value!r})")
+            if value not in CHOICES:
+                raise ValueError(f"profile: must be one of {', '.join(CHOICES)} (got {value!r})")
         elif not isinstance(value, bool):
             raise ValueError(f"{flag}: must be true or false (got {value!r})")
         return {who: v[who], flag: value}

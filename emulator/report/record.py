@@ -81,7 +81,7 @@ class Recorder:
         flows = self._per_sender(senders or []) or [flow | {"rate_series": rates(
             binned(sorted(ticks), RATE_BIN_S))}]
         return res | {
-            "kind": kind, "lab": self.plan.lab, "dilation": cp.dilation if cp else 1.0,
+            "kind": kind, "lab": self.plan.lab, "dilation": self.plan.dilation,
             "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": self.plan.speed_bps,
             "recorded_s": round(self.elapsed, 4), "flows": flows, "ports": self.ports,
             "link_bytes": self.link_bytes,

@@ -62,12 +62,12 @@ def _flag(v: object) -> bool:
 
 
 def _rate(v: object) -> float:
-    from ..spec import SPEED_RE, parse_speed  # the spec imports nothing from here
+    from ..spec import speed_or_zero  # the spec imports nothing from here
 
     if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
         return float(v)
-    if isinstance(v, str) and SPEED_RE.match(v.strip()) and parse_speed(v) > 0:
-        return float(parse_speed(v))
+    if isinstance(v, str) and (bps := speed_or_zero(v)):
+        return float(bps)
     raise ValueError(f"{v!r} is not a positive rate like 5M or 40M (bit/s at the real link speed)")
 
 
@@ -136,6 +136,7 @@ PROFILES = {
                      reduce_period=50e-6, increase_timer=55e-6, byte_counter=10 * 1024 * 1024,
                      rate_ai=40e6, rate_hai=200e6, f=5, min_rate=1e6, cnp_interval=50e-6),
 }
+CHOICES = (*PROFILES, "off")  # what a host's DCQCN can be set to
 
 
 class ReactionPoint:
