@@ -23,7 +23,6 @@ from .errors import ConvergeTimeout, RocelabError
 from .frr import vtysh_json
 from .plan import Kind, Node, Plan
 from .reach import unreachable_pairs
-from .realize import parallel
 
 POLL_S = 0.05
 Progress = Callable[[str], None]
@@ -67,7 +66,7 @@ def fib_widths_of(plan: Plan, node: Node) -> dict[str, int]:
 
 
 def fib_widths(plan: Plan) -> dict[str, dict[str, int]]:
-    widths = parallel(lambda n: (n.name, fib_widths_of(plan, n)), plan.routers)
+    widths = netns.parallel(lambda n: (n.name, fib_widths_of(plan, n)), plan.routers)
     return dict(widths)  # type: ignore[arg-type]
 
 
@@ -105,7 +104,7 @@ def check_bgp(plan: Plan) -> CheckResult:
         up = sum(1 for p in peers.values() if p["state"] == "Established")
         return None if up == want else f"{node.name} has {up}/{want} sessions Established"
 
-    problems = [p for p in parallel(one, plan.routers) if p]
+    problems = [p for p in netns.parallel(one, plan.routers) if p]
     return CheckResult("bgp", not problems, problems)  # type: ignore[arg-type]
 
 

@@ -33,7 +33,6 @@ from pyroute2 import IPRoute
 from . import netns
 from .fault_model import Effect, EffectKind, FaultError
 from .plan import Node, Plan
-from .realize import parallel
 
 TABLE = "rocelab_fault"
 CHAIN_PREFIX = "in_"
@@ -90,7 +89,7 @@ def apply(plan: Plan, effects: Iterable[Effect]) -> None:
         if downs:
             _set_ports(node, downs, "down")
 
-    parallel(one, _by_node(effects).items())
+    netns.parallel(one, _by_node(effects).items())
 
 
 def undo(plan: Plan, effects: Iterable[Effect], present: set[Effect]) -> None:
@@ -107,7 +106,7 @@ def undo(plan: Plan, effects: Iterable[Effect], present: set[Effect]) -> None:
         if downs:
             _set_ports(node, downs, "up")
 
-    parallel(one, _by_node(set(effects) & present).items())
+    netns.parallel(one, _by_node(set(effects) & present).items())
 
 
 def _drops_in(node: Node) -> dict[Effect, int]:
@@ -150,6 +149,6 @@ def scan(plan: Plan) -> dict[Effect, int]:
         return _drops_in(node) | (_downs_in(node) if node.is_router else {})
 
     found: dict[Effect, int] = {}
-    for part in parallel(one, plan.nodes):
+    for part in netns.parallel(one, plan.nodes):
         found.update(part)  # type: ignore[arg-type]
     return found

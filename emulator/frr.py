@@ -10,12 +10,10 @@ ROCELAB_LAB=<lab> in their environment so `down` can find them by PID from
 
 from __future__ import annotations
 
-import contextlib
 import grp
 import json
 import os
 import pwd
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,9 +21,10 @@ from typing import Any
 
 from . import netns
 from .errors import RealizeError, RocelabError
-from .paths import ENV_TAG, FRR_BIN_DIR, lab_run_dir, node_run_dir
+from .paths import FRR_BIN_DIR, lab_run_dir, node_run_dir
 from .plan import Node, Plan
 from .render import Rendered, daemons_for
+from .state import base_env
 
 FRR_USER = "frr"
 ZSERV = "zserv.api"
@@ -38,11 +37,6 @@ class Daemon:
     node: str
     name: str
     pid: int
-
-
-def base_env(lab: str) -> dict[str, str]:
-    """A minimal, tagged environment for every process a lab starts."""
-    return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", ENV_TAG: lab}
 
 
 def prepare_run_dirs(plan: Plan, rendered: Rendered) -> None:
@@ -122,38 +116,6 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
                                + ", ".join(sorted(waiting)))
         time.sleep(0.002)  # poll interval while zebras start
     return time.process_time() - cpu0
-
-
-def kill_pids(pids: list[int], timeout_s: float = 5.0) -> None:
-    """SIGTERM the given PIDs, wait, then SIGKILL what is left. Only these PIDs."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p)]
-        if alive:
-            time.sleep(0.01)
-    for pid in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    for pid in pids:
-        _reap(pid)
-
-
-def _alive(pid: int) -> bool:
-    _reap(pid)
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def vtysh(lab: str, node: str, command: str, daemon: str | None = None) -> str:

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from . import converge, frr, netns, state
-from .errors import LabExistsError, LabNotFoundError, NotRootError, RealizeError, RocelabError
+from .errors import LabExistsError, NotRootError
 from .paths import lab_run_dir
 from .plan import Plan, compile_plan
 from .congestion.launch import start_controller
-from .realize import parallel, realize
+from .realize import realize
 from .render import Rendered, render
 from .spec import Topology, load, parse
 
@@ -92,7 +92,7 @@ def up(path: str | Path, name: str | None = None, timeout_s: float = DEFAULT_TIM
         if plan.congestion:  # shaped ports, ECN, PFC: one controller owns the BPF dataplane
             progress(f"shaping ports at {plan.congestion.rate_bps / 1e6:g} Mbit/s "
                      f"(dilation {plan.congestion.dilation:g}), loading the BPF dataplane")
-            undo.callback(frr.kill_pids, [start_controller(plan)])
+            undo.callback(state.kill_pids, [start_controller(plan)])
         marks["realized"] = time.monotonic()
         daemons, marks["spawn_cpu_s"] = _start_daemons(plan, rendered, undo, progress)
         record["daemons"] = [d.__dict__ for d in daemons]
@@ -110,7 +110,7 @@ def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
     frr.prepare_run_dirs(plan, rendered)
     progress(f"starting FRR on {len(plan.routers)} routers")
     started: list[frr.Daemon] = []
-    undo.callback(lambda: frr.kill_pids([d.pid for d in started]))
+    undo.callback(lambda: state.kill_pids([d.pid for d in started]))
     return started, frr.start_all(plan, started)
 
 
@@ -143,11 +143,11 @@ def down(lab: str) -> DownResult:
     require_root()
     record = state.read(lab) or {}
     pids = [pid for pid, tag in state.tagged_processes().items() if tag == lab]
-    frr.kill_pids(pids)
+    state.kill_pids(pids)
     names = {n for n, tag in state.tagged_namespaces().items() if tag == lab}
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
     names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}
-    parallel(netns.remove, sorted(names))
+    netns.parallel(netns.remove, sorted(names))
     run_dir = lab_run_dir(lab)
     had_dir = run_dir.exists()
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -157,26 +157,3 @@ def down(lab: str) -> DownResult:
 def down_all() -> list[DownResult]:
     require_root()
     return [down(lab) for lab in sorted(state.known_labs())]
-
-
-def lab_plan(lab: str) -> Plan:
-    """The plan of a running lab, recompiled from the spec its state file recorded."""
-    record = state.read(lab)
-    if record is None:
-        if lab in state.known_labs():
-            raise RealizeError(f"lab {lab} has no state file (crashed?): run `rocelab down {lab}`")
-        raise LabNotFoundError(f"no lab named {lab}; running labs: "
-                               f"{', '.join(sorted(state.known_labs())) or 'none'}")
-    return compile_plan(parse(record["spec"], record.get("topology", lab)), record.get("topology", ""))
-
-
-def resolve_lab(lab: str | None) -> str:
-    """The lab a command means: the one given, or the only one running."""
-    if lab:
-        return lab
-    labs = sorted(state.known_labs())
-    if len(labs) == 1:
-        return labs[0]
-    if not labs:
-        raise LabNotFoundError("no lab is running: start one with `rocelab up TOPOLOGY`")
-    raise RocelabError(f"several labs are running ({', '.join(labs)}): name one")

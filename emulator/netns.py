@@ -16,8 +16,13 @@ import ctypes
 import errno
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+WORKERS = 4  # netlink is serialised by the kernel's RTNL lock; a few threads hide syscall latency
 
 NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
@@ -154,3 +159,9 @@ def exec_in(name: str, argv: list[str], env: dict[str, str]) -> None:
     if _libc.umount2(b"/sys", MNT_DETACH) == 0:
         _check(_libc.mount(b"sysfs", b"/sys", b"sysfs", 0, None), "mount /sys")
     os.execvpe(argv[0], argv, env)
+
+
+def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
+    """Run fn over items on worker threads; re-raise the first failure."""
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(fn, items))

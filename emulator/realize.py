@@ -15,20 +15,17 @@ import errno
 import ipaddress
 import os
 import socket
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Callable
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from . import netns
+from .netns import parallel
 from .errors import RealizeError
 from .paths import NS_TAG_PREFIX
 from .plan import Node, Plan
 
-T = TypeVar("T")
-WORKERS = 4  # netlink is serialised by the kernel's RTNL lock; a few threads hide syscall latency
 
 # Set inside each namespace before any veth exists (accept_dad: addresses usable at once).
 COMMON_SYSCTLS = {
@@ -47,12 +44,6 @@ ROUTER_SYSCTLS = {
     "net/ipv4/conf/all/ignore_routes_with_linkdown": "1",  # carrier loss drops a path at once
     "net/ipv4/conf/default/ignore_routes_with_linkdown": "1",
 }
-
-
-def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
-    """Run fn over items on worker threads; re-raise the first failure."""
-    with ThreadPoolExecutor(WORKERS) as pool:
-        return list(pool.map(fn, items))
 
 
 # Written only where the kernel has them (6.11+): a fixed ECMP hash seed makes

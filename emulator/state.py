@@ -1,5 +1,9 @@
 """The lab's state file and the kernel-side discovery `down` relies on.
 
+Also the tag writer beside the reader: `base_env` is the environment every
+process a lab starts carries, `kill_pids` stops processes by PID only; and
+`lab_plan`/`resolve_lab`, the lab a command means and its plan.
+
 The state file is a convenience (what `status` shows, which topology was
 used); the kernel is the truth. Every question `down` asks -- which
 namespaces, which processes -- can be answered from the kernel alone:
@@ -9,15 +13,21 @@ environment carries ROCELAB_LAB=<lab>.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 from pyroute2 import IPRoute
 
 from . import netns
+from .errors import LabNotFoundError, RealizeError, RocelabError
 from .paths import ENV_TAG, NS_TAG_PREFIX, RUN_ROOT, state_file
+from .plan import Plan, compile_plan
+from .spec import parse
 
 
 def write(lab: str, data: dict[str, Any]) -> None:
@@ -85,3 +95,63 @@ def run_dir_labs() -> set[str]:
 def known_labs() -> set[str]:
     """Every lab with any trace on this machine: namespaces, processes or run dir."""
     return set(tagged_namespaces().values()) | set(tagged_processes().values()) | run_dir_labs()
+
+
+def base_env(lab: str) -> dict[str, str]:
+    """A minimal, tagged environment for every process a lab starts."""
+    return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", ENV_TAG: lab}
+
+
+def kill_pids(pids: list[int], timeout_s: float = 5.0) -> None:
+    """SIGTERM the given PIDs, wait, then SIGKILL what is left. Only these PIDs."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.01)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        _reap(pid)
+
+
+def _alive(pid: int) -> bool:
+    _reap(pid)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def lab_plan(lab: str) -> Plan:
+    """The plan of a running lab, recompiled from the spec its state file recorded."""
+    record = read(lab)
+    if record is None:
+        if lab in known_labs():
+            raise RealizeError(f"lab {lab} has no state file (crashed?): run `rocelab down {lab}`")
+        raise LabNotFoundError(f"no lab named {lab}; running labs: "
+                               f"{', '.join(sorted(known_labs())) or 'none'}")
+    return compile_plan(parse(record["spec"], record.get("topology", lab)), record.get("topology", ""))
+
+
+def resolve_lab(lab: str | None) -> str:
+    """The lab a command means: the one given, or the only one running."""
+    if lab:
+        return lab
+    labs = sorted(known_labs())
+    if len(labs) == 1:
+        return labs[0]
+    if not labs:
+        raise LabNotFoundError("no lab is running: start one with `rocelab up TOPOLOGY`")
+    raise RocelabError(f"several labs are running ({', '.join(labs)}): name one")

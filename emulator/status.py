@@ -8,7 +8,6 @@ from typing import Any
 from . import converge, faults, netns
 from .errors import RocelabError
 from .plan import Kind, Node, Plan
-from .realize import parallel
 
 
 @dataclass
@@ -48,7 +47,7 @@ def router_status(plan: Plan, node: Node) -> RouterStatus:
 
 
 def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
-    routers: list[RouterStatus] = parallel(lambda n: router_status(plan, n), plan.routers)  # type: ignore
+    routers: list[RouterStatus] = netns.parallel(lambda n: router_status(plan, n), plan.routers)  # type: ignore
     reach = converge.check_reach(plan, reach_timeout_s) if all(r.ok for r in routers) else None
     return {
         "lab": plan.lab,

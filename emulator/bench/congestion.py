@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import dataplane, lab, netns
+from .. import dataplane, lab, netns, state
 from ..experiment import analysis, runner
 
 TOPOLOGY = "topologies/clos-2x4-cc.yaml"
@@ -51,7 +51,7 @@ def _iperf(plan, rate_bps: int) -> dict[str, Any]:
 def run(repeats: int = 1, log=lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
     lab.up(TOPOLOGY, name=NAME)
     try:
-        plan = lab.lab_plan(NAME)
+        plan = state.lab_plan(NAME)
         cp = plan.congestion
         shaping = _iperf(plan, cp.rate_bps)
         log(f"congestion shaping: {shaping['delivered_bps'] / 1e6:.2f} of {cp.rate_bps / 1e6:g} Mbit/s")

@@ -4,7 +4,7 @@ import os
 
 import click
 
-from .. import lab, netns
+from .. import lab, netns, state
 from ..paths import ENV_TAG
 
 
@@ -18,7 +18,7 @@ def command(name: str, node: str, argv: tuple[str, ...]) -> None:
     Example: rocelab exec clos-2x4 prefill1 -- ping -c 3 10.2.2.1
     """
     lab.require_root()
-    plan = lab.lab_plan(name)
+    plan = state.lab_plan(name)
     try:
         target = plan.node(node)
     except KeyError as e:

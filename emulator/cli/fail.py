@@ -5,7 +5,7 @@ from typing import Any
 
 import click
 
-from .. import converge, faults, lab, measure
+from .. import converge, faults, lab, measure, state
 from ..fault_model import links_of
 from ..plan import Plan
 from .progress import progress
@@ -104,7 +104,7 @@ def command(name: str, what: tuple[str, ...], silent: bool, period: str, count: 
     Example: rocelab fail clos-2x4 link leaf1 spine2 --silent
     """
     lab.require_root()
-    plan = lab.lab_plan(name)
+    plan = state.lab_plan(name)
     fault = target(plan, what, silent)
     if what[0] == "flap":
         event = _flap(plan, fault, faults.parse_duration(period), count, timeout)

@@ -4,7 +4,7 @@ import json
 
 import click
 
-from .. import faults, lab, measure
+from .. import faults, lab, measure, state
 from .fail import describe, settle, target
 
 
@@ -28,7 +28,7 @@ def command(name: str, what: tuple[str, ...], heal_all: bool, no_wait: bool, tim
     if bool(what) == heal_all:
         raise click.UsageError("give link A B, node N, or --all (one of them)")
     lab.require_root()
-    plan = lab.lab_plan(name)
+    plan = state.lab_plan(name)
     fault = None if heal_all else target(plan, what)
     if no_wait:
         event = faults.heal(plan, fault)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .. import lab, workload
+from .. import lab, state, workload
 from ..report import record
 from ..engine.job import Job, Op
 from ..kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
@@ -35,7 +35,7 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
     Example: rocelab kv clos-2x4 --model llama3-70b --tokens 512 --requests 8 --concurrency 4
     """
     lab.require_root()
-    plan = lab.lab_plan(name)
+    plan = state.lab_plan(name)
     pair_list = workload.parse_pairs(plan, pairs)
     requests = requests or len(pair_list)
     concurrency = concurrency or len(pair_list)

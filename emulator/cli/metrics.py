@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .. import lab
+from .. import lab, state
 from ..metrics.exporter import DEFAULT_LISTEN, Listen, exposition, serve
 from ..metrics.scrape import Scraper
 
@@ -24,7 +24,7 @@ def command(name: str, listen: str, once: bool, capture: str | None) -> None:
     """
     lab.require_root()
     where = Listen.parse(listen)
-    scraper = Scraper(lab.lab_plan(name))
+    scraper = Scraper(state.lab_plan(name))
     try:
         if capture:
             paths = scraper.capture(Path(capture))

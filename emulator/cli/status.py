@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import lab
+from .. import lab, state
 from ..status import lab_status
 
 
@@ -19,7 +19,7 @@ def command(name: str | None, as_json: bool) -> None:
     Example: rocelab status clos-2x4 --json
     """
     lab.require_root()
-    st = lab_status(lab.lab_plan(lab.resolve_lab(name)))
+    st = lab_status(state.lab_plan(state.resolve_lab(name)))
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return

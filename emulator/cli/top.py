@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
-from .. import lab
+from .. import lab, state
 from ..metrics import top
 from ..metrics.scrape import Scraper
 
@@ -30,7 +30,7 @@ def command(name: str | None, interval: float, rows: int, once: bool) -> None:
     Example: rocelab top clos-2x4
     """
     lab.require_root()
-    plan = lab.lab_plan(lab.resolve_lab(name))
+    plan = state.lab_plan(state.resolve_lab(name))
     scraper = Scraper(plan)
     console = Console()
     try:

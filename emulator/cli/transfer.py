@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import lab, workload
+from .. import lab, state, workload
 from ..report import record
 from ..spec import speed_or_zero
 from ..units import parse_size
@@ -33,7 +33,7 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str,
     Example: rocelab transfer clos-2x4 --src prefill1 --dst decode1 --size 64MiB --qps 4
     """
     lab.require_root()
-    plan = lab.lab_plan(name)
+    plan = state.lab_plan(name)
     job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu, rate_bps=wall_rate(plan, rate),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     s, d = workload.host(plan, src), workload.host(plan, dst, option="--dst")

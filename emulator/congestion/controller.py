@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from .. import lab as labmod
+from .. import state
 from .. import netns
 from ..paths import lab_run_dir
 from ..plan import Interface, Node, Plan
@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--lab", required=True)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    ctl = Controller(labmod.lab_plan(args.lab))
+    ctl = Controller(state.lab_plan(args.lab))
     ctl.setup()
     ctl.serve()
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..errors import RealizeError
-from ..frr import base_env
+from ..state import base_env
 from ..paths import lab_run_dir
 from ..plan import Plan
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import dataplane, netns
 from ..errors import EngineError
-from ..frr import base_env
+from ..state import base_env
 from ..paths import node_run_dir
 from ..plan import Node, Plan
 from .config import for_host

@@ -103,7 +103,7 @@ def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None
         progress(f"bringing up lab {name} from {topology}")
         lab.up(topology, name=name, progress=progress)
     try:
-        plan = lab.lab_plan(name)
+        plan = state.lab_plan(name)
         if not brought_up:  # a running lab may have been brought up from another topology
             check(exp, plan)
         results = _execute(exp, plan, progress)

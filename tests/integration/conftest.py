@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import lab, netns, state
+from emulator import netns, state
 
 ROCELAB = str(Path(sys.executable).parent / "rocelab")
 # Lab names start with this; set ROCELAB_TEST_PREFIX to run two suites side by side.
@@ -97,7 +97,7 @@ class Lab:
 
     def up(self, *extra: str):
         res = cli("up", self.topology, "--name", self.name, *extra)
-        self.plan = lab.lab_plan(self.name)
+        self.plan = state.lab_plan(self.name)
         return res
 
     def status(self) -> dict:
