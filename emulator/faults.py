@@ -35,9 +35,10 @@ from .fault_model import (Effect, EffectKind, Fault, FaultError, FaultKind, afte
                           link_fault, node_fault)
 from .paths import lab_run_dir
 from .plan import Plan
+from .units import UnitError, parse_duration
 
 __all__ = ["Fault", "FaultError", "FaultKind", "active", "after_state", "apply", "effects",
-           "events", "fail", "flap", "heal", "link_fault", "node_fault", "parse_duration"]
+           "events", "fail", "flap", "heal", "link_fault", "node_fault"]
 
 
 # -- records ---------------------------------------------------------------
@@ -184,18 +185,6 @@ def flap(plan: Plan, fault: Fault, period_s: float, count: int,
             "transitions": transitions}
 
 
-def parse_duration(value: str | float | int) -> float:
-    """'2s' -> 2.0, '500ms' -> 0.5, 3 -> 3.0 (seconds)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip().lower()
-    scale = 0.001 if text.endswith("ms") else 1.0
-    try:
-        return float(text.removesuffix("ms").removesuffix("s")) * scale
-    except ValueError:
-        raise FaultError(f"{value!r} is not a duration like 2s, 500ms or 1.5") from None
-
-
 _FAIL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"},
               "flap": {"a", "b", "silent", "period", "period_s", "count"}}
 _HEAL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"}, "all": set()}
@@ -238,6 +227,9 @@ def apply(plan: Plan, action: dict[str, Any]) -> dict[str, Any]:
     if verb == "heal":
         return heal(plan, target)
     if what == "flap":
-        period = parse_duration(action.get("period_s", action.get("period", 2.0)))
+        try:
+            period = parse_duration(action.get("period_s", action.get("period", 2.0)), "flap period")
+        except UnitError as e:
+            raise FaultError(str(e)) from None
         return flap(plan, target, period, int(action.get("count", 1)))  # type: ignore[arg-type]
     return fail(plan, target)  # type: ignore[arg-type]

@@ -17,7 +17,8 @@ from typing import Any
 from .congestion.model import CongestionPlan
 from .congestion.model import resolve as resolve_congestion
 from .errors import SpecError
-from .spec import Addressing, Role, Topology, parse_speed
+from .spec import Addressing, Role, Topology
+from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
 
@@ -115,9 +116,9 @@ class Plan:
         return [n for n in self.nodes if n.kind is kind]
 
     @property
-    def dilation(self) -> float:
-        """Time dilation D of the congestion plane; 1 on an unshaped lab."""
-        return self.congestion.dilation if self.congestion else 1.0
+    def dilation(self) -> Dilation:
+        """Time dilation D of the congestion plane (with its arithmetic); 1 on an unshaped lab."""
+        return Dilation(self.congestion.dilation if self.congestion else 1.0)
 
     @property
     def routers(self) -> list[Node]:

@@ -18,12 +18,11 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import RocelabError, SpecError
+from .errors import SpecError
+from .units import SPEED_RE, UnitError, parse_size, speed_or_zero
 
 LAB_NAME = r"^[a-z][a-z0-9]{0,14}(-[a-z0-9]+)*$"
 MAX_LAB_NAME = 24
-SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT])(?:bit|bps|b)?$", re.IGNORECASE)
-SPEED_UNITS = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 
 class Addressing(str, Enum):
@@ -47,9 +46,9 @@ class Links(Strict):
     @field_validator("speed")
     @classmethod
     def _speed(cls, v: str) -> str:
-        if not SPEED_RE.match(v.strip()):
+        if not SPEED_RE.match(v):
             raise ValueError("must be a rate like 100G, 400G or 25000M")
-        if parse_speed(v) <= 0:
+        if not speed_or_zero(v):
             raise ValueError("must be greater than zero")
         return v
 
@@ -166,11 +165,9 @@ class Congestion(Strict):
 
 
 def _check_size(v: str) -> str:
-    from .units import parse_size
-
     try:
         parse_size(v)
-    except RocelabError:
+    except UnitError:
         raise ValueError("must be a size like 150KB, 1500KB, 1MiB or 4096") from None
     return v
 
@@ -199,19 +196,6 @@ class Topology(Strict):
                 f"must be 1-{MAX_LAB_NAME} characters: lowercase letters and digits, "
                 "single dashes between them, starting with a letter")
         return v
-
-
-def speed_or_zero(text: str) -> int:
-    """'100G' -> bits per second; 0 if the text is not a positive speed."""
-    return parse_speed(text) if SPEED_RE.match(text.strip()) else 0
-
-
-def parse_speed(text: str) -> int:
-    """'400G' -> 400_000_000_000 bits per second."""
-    m = SPEED_RE.match(text.strip())
-    if not m:
-        raise ValueError(text)
-    return int(float(m.group(1)) * SPEED_UNITS[m.group(2).upper()])
 
 
 def json_schema() -> dict[str, Any]:

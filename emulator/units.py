@@ -1,4 +1,13 @@
-"""Sizes, rates and times as people write them: 64MiB, 150KB, 400G, 100M, 300us."""
+"""Quantities as people write them, one grammar each: sizes, speeds, durations.
+
+    size      64MiB, 150KB, 4096         -> bytes (int)
+    speed     400G, 100M, 25000Mbit      -> bits per second (int)
+    duration  300us, 1.5ms, 2s, 1m, 0.5  -> seconds (float; a bare number is seconds)
+
+Every parser raises `UnitError` naming the field and what is allowed. It is
+both a `RocelabError` (the CLI prints it as one line) and a `ValueError`
+(a pydantic validator may let it through as the field's error).
+"""
 
 from __future__ import annotations
 
@@ -6,36 +15,92 @@ import re
 
 from .errors import RocelabError
 
+
+class UnitError(RocelabError, ValueError):
+    """A size, speed or duration that does not parse (or is out of range)."""
+
+
+def _fail(field: str | None, problem: str) -> UnitError:
+    return UnitError(f"{field}: {problem}" if field else problem)
+
+
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str | int, field: str = "--size") -> int:
+def parse_size(text: str | int, field: str | None = "--size") -> int:
     """'64MiB' -> 67108864, '150KB' -> 150000, '4096' -> 4096."""
-    if isinstance(text, int):
+    if isinstance(text, int) and not isinstance(text, bool):
         return text
-    m = SIZE_RE.match(text)
+    m = SIZE_RE.match(str(text))
     if not m:
-        raise RocelabError(f"{field}: {text!r} is not a size like 64MiB, 150KB or 4096")
+        raise _fail(field, f"{text!r} is not a size like 64MiB, 150KB or 4096")
     number, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
     size = int(number * (1024 if binary else 1000) ** " KMGT".index(unit or " "))
     if size <= 0:
-        raise RocelabError(f"{field}: must be positive (got {text!r})")
+        raise _fail(field, f"must be positive (got {text!r})")
     return size
 
 
-TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e-?\d+)?)\s*(ns|us|µs|ms|s)?\s*$", re.IGNORECASE)
-TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
+SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])(?:bit|bps|b)?\s*$", re.IGNORECASE)
+SPEED_UNITS = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 
-def parse_time(text: str | float | int, field: str = "time") -> float:
-    """'300us' -> 0.0003, '4us' -> 4e-06, 0.5 -> 0.5 (seconds)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
+def parse_speed(text: str, field: str | None = "speed") -> int:
+    """'400G' -> 400_000_000_000 bits per second; positive."""
+    m = SPEED_RE.match(str(text))
+    if not m:
+        raise _fail(field, f"{text!r} is not a rate like 100G, 400G or 25000M")
+    bps = int(float(m.group(1)) * SPEED_UNITS[m.group(2).upper()])
+    if bps <= 0:
+        raise _fail(field, f"must be greater than zero (got {text!r})")
+    return bps
+
+
+def speed_or_zero(text: str) -> int:
+    """'100G' -> bits per second; 0 if the text is not a positive speed."""
+    try:
+        return parse_speed(text, None)
+    except UnitError:
+        return 0
+
+
+DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e-?\d+)?)\s*(ns|us|µs|ms|s|m)?\s*$", re.IGNORECASE)
+DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}
+
+
+def parse_duration(value: str | float | int, field: str | None = "duration",
+                   positive: bool = False) -> float:
+    """'300us' -> 0.0003, '2s' -> 2.0, '1m' -> 60.0, 0.5 -> 0.5 (seconds); never negative,
+    and with `positive` never zero."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
     else:
-        m = TIME_RE.match(str(text))
+        m = DURATION_RE.match(str(value))
         if not m:
-            raise RocelabError(f"{field}: {text!r} is not a time like 300us, 4us, 1.5ms or 2s")
-        value = float(m.group(1)) * TIME_UNITS[m.group(2) and m.group(2).lower()]
-    if value <= 0:
-        raise RocelabError(f"{field}: must be positive (got {text!r})")
-    return value
+            raise _fail(field, f"{value!r} is not a duration like 300us, 500ms, 2s or 1m")
+        seconds = float(m.group(1)) * DURATION_UNITS[m.group(2) and m.group(2).lower()]
+    if seconds < 0 or (positive and seconds == 0):
+        raise _fail(field, f"must be {'positive' if positive else 'zero or more'} (got {value!r})")
+    return seconds
+
+
+class Dilation(float):
+    """Time dilation D as a number with its arithmetic: a shaped lab runs D times slower
+    than the fabric it emulates. Bandwidth x time = bytes is invariant, so durations
+    scale by D and rates by 1/D; sizes do not change. D = 1 on an unshaped lab."""
+
+    def real(self, wall_s: float) -> float:
+        """A measured (wall) duration in real-equivalent time."""
+        return wall_s / self
+
+    def wall(self, real_s: float) -> float:
+        """A protocol timer (real) stretched for the lab."""
+        return real_s * self
+
+    def real_rate(self, wall_bps: float) -> float:
+        """A measured (wall) rate at the real-equivalent link speed."""
+        return wall_bps * self
+
+    def wall_rate(self, real_bps: float) -> float:
+        """A real-equivalent rate as the lab paces it."""
+        return real_bps / self

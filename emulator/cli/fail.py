@@ -8,6 +8,7 @@ import click
 from .. import converge, faults, lab, measure, state
 from ..fault_model import links_of
 from ..plan import Plan
+from ..units import parse_duration
 from .progress import progress
 
 USAGE = "link A B | node N | flap A B"
@@ -107,7 +108,7 @@ def command(name: str, what: tuple[str, ...], silent: bool, period: str, count: 
     plan = state.lab_plan(name)
     fault = target(plan, what, silent)
     if what[0] == "flap":
-        event = _flap(plan, fault, faults.parse_duration(period), count, timeout)
+        event = _flap(plan, fault, parse_duration(period, "--period", positive=True), count, timeout)
     else:
         event = _fail_once(plan, fault, not no_wait, timeout)
     if as_json:

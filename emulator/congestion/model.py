@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..errors import RocelabError, SpecError
 from ..roce.dcqcn import parse_overrides
-from ..spec import Topology, parse_speed
-from ..units import parse_size
+from ..spec import Topology
+from ..units import parse_size, parse_speed
 
 ROCE_TC = 3  # lossless, PFC
 CNP_TC = 6  # served first
@@ -44,14 +44,6 @@ class CongestionPlan:
     dcqcn_off: tuple[str, ...]
     ecn_enabled: bool
     dcqcn_overrides: tuple[tuple[str, object], ...] = ()  # profile fields, parsed (real units)
-
-    def real(self, wall_s: float) -> float:
-        """A measured duration in real-equivalent time."""
-        return wall_s / self.dilation
-
-    def wall(self, real_s: float) -> float:
-        """A protocol timer stretched for this lab."""
-        return real_s * self.dilation
 
     def dscp_tc(self) -> dict[int, int]:
         return {self.roce_dscp: ROCE_TC, self.cnp_dscp: CNP_TC}

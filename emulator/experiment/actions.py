@@ -12,7 +12,8 @@ from ..congestion.pause import set_drain
 from ..engine import client
 from ..errors import RocelabError
 from ..plan import Plan
-from .spec import Action, parse_duration
+from ..units import parse_duration
+from .spec import Action
 
 
 def apply(plan: Plan, action: Action) -> dict[str, Any]:

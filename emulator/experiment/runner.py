@@ -18,20 +18,19 @@ from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import RocelabError
 from ..plan import Kind, Plan
-from ..spec import parse_speed
-from ..units import parse_size
+from ..units import Dilation, parse_duration, parse_size, parse_speed
 from . import actions, analysis
 from .sampler import Sampler, pfc_snapshot
 from . import report
-from .spec import Experiment, Flow, load, parse_duration
+from .spec import Experiment, Flow, load
 
 Progress = Callable[[str], None]
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
 
 
-def _job(flow: Flow, timeout: float, dilation: float) -> Job:
+def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
     kv = flow.kv.model_dump() if flow.kv else None
-    rate = parse_speed(flow.rate) / dilation if flow.rate else 0.0  # real-equivalent -> wall
+    rate = dilation.wall_rate(parse_speed(flow.rate)) if flow.rate else 0.0
     return Job(Op(flow.op), size=parse_size(flow.size) if flow.size else 0, kv=kv, qps=flow.qps,
                timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1}, rate_bps=rate)
 
@@ -244,14 +243,14 @@ def analysis_pct(values: list[float], q: float) -> float | None:
     return round(workload.percentile(values, q), 1) if values else None
 
 
-def _flow_summary(f: FlowRun, t0: float, dilation: float) -> dict[str, Any]:
+def _flow_summary(f: FlowRun, t0: float, dilation: Dilation) -> dict[str, Any]:
     r = f.result or {}
     fct = (f.ended - f.started) if f.result else None
     return {
         "name": f.flow.name, "src": f.flow.src, "dst": f.flow.dst, "op": f.flow.op,
         "bytes": f.job.payload_bytes * f.flow.repeat, "start_s": round(f.started - t0, 4),
         "end_s": round(f.ended - t0, 4) if f.result else None,
-        "fct_s": fct, "fct_real_s": fct / dilation if fct else None,
+        "fct_s": fct, "fct_real_s": dilation.real(fct) if fct else None,
         "goodput_bps": f.job.payload_bytes * f.flow.repeat * 8 / fct if fct else None,
         "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
         **{k: r.get(k, 0) for k in COUNTERS},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -12,20 +11,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 
 from ..errors import SpecError
 from ..roce.dcqcn import CHOICES
-from ..spec import _describe, speed_or_zero
-from ..units import parse_size
-
-DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
-
-
-def parse_duration(text: str | float | int) -> float:
-    if isinstance(text, (int, float)):
-        return float(text)
-    m = DURATION_RE.match(text)
-    if not m:
-        raise ValueError(f"{text!r} is not a duration like 500ms, 2s or 1m")
-    return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
-
+from ..spec import _describe
+from ..units import parse_duration, parse_size, speed_or_zero
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -146,7 +133,7 @@ class Experiment(Strict):
     @field_validator("duration", "sample_every", "steady_after")
     @classmethod
     def _duration(cls, v: str | float) -> str | float:
-        parse_duration(v)
+        parse_duration(v, None)
         return v
 
 

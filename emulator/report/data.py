@@ -15,6 +15,7 @@ from typing import Any
 
 from ..congestion.model import CNP_TC
 from ..experiment.analysis import rates
+from ..units import Dilation
 
 
 PLOTS = {  # file -> (title, what it shows)
@@ -46,7 +47,7 @@ class ReportData:
     kind: str  # experiment | transfer | kv
     title: str
     lab: str
-    dilation: float
+    dilation: Dilation
     link_rate_bps: float | None  # shaped rate (None: unshaped lab)
     speed_bps: float | None  # declared speed
     duration_s: float
@@ -70,7 +71,7 @@ class ReportData:
 
     def real(self, wall_s: float | None) -> str:
         """A wall duration in real-equivalent time ("" without time dilation: the same)."""
-        return "" if wall_s is None or self.dilation == 1 else _duration(wall_s / self.dilation)
+        return "" if wall_s is None or self.dilation == 1 else _duration(self.dilation.real(wall_s))
 
     def link_load(self) -> dict[tuple[str, str], float]:
         """Bytes each (node, port) sent during the run: the kernel's interface counters
@@ -97,7 +98,7 @@ def _rate(bps: float | None) -> str:
 
 def load(results: dict[str, Any]) -> ReportData:
     kind = results.get("kind") or ("experiment" if "experiment" in results else "transfer")
-    dilation = float(results.get("dilation") or 1.0)
+    dilation = Dilation(results.get("dilation") or 1.0)
     flows = [Flow(f["name"], f["src"], f["dst"], smoothed([tuple(x) for x in f.get("rate_series", [])]))
              for f in results.get("flows", [])]
     ends = [t for f in flows for t, _ in f.series[-1:]]
@@ -191,7 +192,7 @@ def _times(d: ReportData, label: str, *wall: float) -> Headline:
 
 def _goodput(d: ReportData, label: str, gbps: float) -> Headline:
     return Headline(label, f"{gbps * 1e3:.1f} Mbit/s",
-                    f"{gbps * d.dilation:.1f} Gbit/s real-equivalent")
+                    f"{d.dilation.real_rate(gbps):.1f} Gbit/s real-equivalent")
 
 
 def _errors(c: dict[str, Any]) -> Headline:

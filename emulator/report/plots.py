@@ -48,8 +48,8 @@ def _empty(ax: Axes, why: str) -> None:
 def _real_axis(ax: Axes, d: ReportData) -> None:
     """A second time axis on top in real-equivalent milliseconds (wall / D)."""
     if d.dilation > 1:
-        top = ax.secondary_xaxis("top", functions=(lambda t: t / d.dilation * 1e3,
-                                                   lambda r: r * d.dilation / 1e3))
+        top = ax.secondary_xaxis("top", functions=(lambda t: d.dilation.real(t) * 1e3,
+                                                   lambda r: d.dilation.wall(r / 1e3)))
         top.set_xlabel("real-equivalent time (ms)", fontsize=9)
 
 

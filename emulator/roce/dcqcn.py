@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import RocelabError
+from ..units import UnitError, parse_duration, parse_size, speed_or_zero
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,6 @@ def _flag(v: object) -> bool:
 
 
 def _rate(v: object) -> float:
-    from ..spec import speed_or_zero  # the spec imports nothing from here
-
     if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
         return float(v)
     if isinstance(v, str) and (bps := speed_or_zero(v)):
@@ -72,20 +71,16 @@ def _rate(v: object) -> float:
 
 
 def _time(v: object) -> float:
-    from ..units import parse_time
-
     try:
-        return parse_time(v)  # type: ignore[arg-type]
-    except RocelabError:
+        return parse_duration(v, None, positive=True)  # type: ignore[arg-type]
+    except UnitError:
         raise ValueError(f"{v!r} is not a positive time like 4us, 300us or 1.5ms") from None
 
 
 def _bytes(v: object) -> int:
-    from ..units import parse_size
-
     try:
-        return parse_size(v)  # type: ignore[arg-type]
-    except RocelabError:
+        return parse_size(v, None)  # type: ignore[arg-type]
+    except UnitError:
         raise ValueError(f"{v!r} is not a positive size like 10MiB or 2MB") from None
 
 

@@ -9,6 +9,7 @@ from emulator.fault_effects import _drop_ruleset
 from emulator.fault_model import Effect, EffectKind
 from emulator.faults import Fault, FaultError, FaultKind
 from emulator.lab import load_topology
+from emulator.units import parse_duration
 
 DOWN, DROP = EffectKind.DOWN, EffectKind.DROP
 
@@ -156,7 +157,7 @@ def test_bad_actions_are_one_clear_error(plan, action, message):
 
 @pytest.mark.parametrize("text, seconds", [("2s", 2.0), ("500ms", 0.5), ("1.5", 1.5), (3, 3.0)])
 def test_parse_duration(text, seconds):
-    assert faults.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 def test_drop_ruleset_is_one_ingress_chain_per_port():
