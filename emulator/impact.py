@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Union
 
-from . import dataplane, faults, measure
+from . import faults, forwarding, measure
 from .engine import client
 from .engine.job import Job
 from .errors import RocelabError
@@ -89,7 +89,7 @@ class Flows:
                 for r, (s, d) in zip(self.results, self.pairs)]
 
     def _uplink_tx(self) -> dict[str, dict[str, int]]:
-        return {leaf.name: {p: c["tx_bytes"] for p, c in dataplane.port_counters(leaf).items()}
+        return {leaf.name: {p: c["tx_bytes"] for p, c in forwarding.port_counters(leaf).items()}
                 for leaf in self.plan.of_kind(Kind.LEAF)}
 
     def uplink_bytes(self) -> dict[str, dict[str, int]]:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import dataplane, lab, netns, state
+from .. import forwarding, lab, netns, state
 from ..experiment import analysis, runner
 
 TOPOLOGY = "topologies/clos-2x4-cc.yaml"
@@ -33,13 +33,13 @@ def _iperf(plan, rate_bps: int) -> dict[str, Any]:
                                   stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)  # iperf3 has no readiness signal; its own client retries are slower
-        before = dataplane.port_counters(dst)["eth0"]["rx_bytes"]
+        before = forwarding.port_counters(dst)["eth0"]["rx_bytes"]
         t0 = time.monotonic()
         with netns.entered(src.netns):
             subprocess.run(["iperf3", "-u", "-c", dst.address, "-b", str(2 * rate_bps), "-l", "1400",
                             "-t", str(IPERF_S), "--json"], capture_output=True, timeout=IPERF_S + 20)
         elapsed = time.monotonic() - t0
-        after = dataplane.port_counters(dst)["eth0"]["rx_bytes"]
+        after = forwarding.port_counters(dst)["eth0"]["rx_bytes"]
     finally:
         server.kill()
         server.wait()

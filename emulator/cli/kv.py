@@ -10,7 +10,7 @@ from rich.console import Console
 from .. import lab, state, workload
 from ..report import record
 from ..engine.job import Job, Op
-from ..kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
+from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
 from .options import engine_options
 from .progress import byte_progress
 

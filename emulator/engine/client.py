@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import dataplane, netns
+from .. import forwarding, netns
 from ..errors import EngineError
 from ..state import base_env
 from ..paths import node_run_dir
@@ -97,7 +97,7 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
             elif event == "error":
                 raise EngineError(f"{initiator.name}: {msg['error']}")
     for qp in msg["qps"]:
-        qp["spine"] = dataplane.egress_port(plan, src, dst, qp["udp_sport"])
+        qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"])
     return msg | {"src": src.name, "dst": dst.name}
 
 

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 from ..errors import RocelabError
-from ..kv import KvLayout, Segment, model
+from .kv import KvLayout, Segment, model
 
 MAX_MESSAGE = 1 << 20  # a contiguous transfer is posted as 1 MiB WRITE/READ messages
 CONTROL_PORT = 18515  # perftest's default port, for the QPN/PSN/rkey/VA exchange

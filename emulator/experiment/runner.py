@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import dataplane, lab, measure, state, workload
+from .. import forwarding, lab, measure, state, workload
 from ..congestion.model import ROCE_TC
 from ..engine import client
 from ..engine.job import Job, Op
@@ -54,7 +54,7 @@ class FlowRun(threading.Thread):
             src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
             data_src, data_dst = (src, dst) if self.job.op is Op.WRITE else (dst, src)
             try:
-                sports = dataplane.sports_via(self.plan, data_src, data_dst, self.flow.via,
+                sports = forwarding.sports_via(self.plan, data_src, data_dst, self.flow.via,
                                               self.job.qps)
             except RocelabError as e:
                 raise RocelabError(f"flows.{self.flow.name}.{e}") from None

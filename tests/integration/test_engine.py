@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator import dataplane, netns
+from emulator import forwarding, netns
 from emulator.engine import client
 from emulator.roce.fastpath import FrameBuilder, Segment
 from emulator.roce.headers import Opcode
@@ -54,7 +54,7 @@ def test_a_rate_limit_paces_the_transfer(fabric):
 
 
 def _uplink_tx(lab) -> dict[str, int]:
-    ports = dataplane.port_counters(lab.plan.node("leaf1"))
+    ports = forwarding.port_counters(lab.plan.node("leaf1"))
     return {s: ports[s]["tx_packets"] for s in ("spine1", "spine2")}
 
 
@@ -79,12 +79,12 @@ def test_one_percent_loss_on_the_spines_still_delivers(fabric):
     spines = [fabric.plan.node(s) for s in ("spine1", "spine2")]
     try:
         for spine in spines:
-            dataplane.set_loss(spine, 1.0)
+            forwarding.set_loss(spine, 1.0)
         res = transfer(fabric, "--src", "prefill2", "--dst", "decode2", "--size", MIB64, "--qps", "4")
-        dropped = sum(dataplane.loss_dropped(s) for s in spines)
+        dropped = sum(forwarding.loss_dropped(s) for s in spines)
     finally:
         for spine in spines:
-            dataplane.clear_loss(spine)
+            forwarding.clear_loss(spine)
     assert dropped > 0
     assert res["integrity_ok"] is True and res["retransmitted_packets"] > 0
 
@@ -94,12 +94,12 @@ def test_dead_path_fails_the_qp_instead_of_hanging(fabric):
     t0 = time.monotonic()
     try:
         for spine in spines:
-            dataplane.set_loss(spine, 100.0, roce_only=True)  # TCP setup still works
+            forwarding.set_loss(spine, 100.0, roce_only=True)  # TCP setup still works
         res = transfer(fabric, "--src", "prefill3", "--dst", "decode3", "--size", "1MiB",
                        check=False)
     finally:
         for spine in spines:
-            dataplane.clear_loss(spine)
+            forwarding.clear_loss(spine)
     assert res.get("rc") == 8 and "retry" in res["error"], res
     assert time.monotonic() - t0 < 60
     after = transfer(fabric, "--src", "prefill3", "--dst", "decode3", "--size", "1MiB")

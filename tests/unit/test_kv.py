@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from emulator.errors import RocelabError
-from emulator.kv import MODELS, KvLayout, model
+from emulator.engine.kv import MODELS, KvLayout, model
 
 
 def test_llama3_70b_is_320_kib_per_token_fp16_and_160_fp8():

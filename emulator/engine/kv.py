@@ -13,7 +13,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .errors import RocelabError
+from ..errors import RocelabError
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 DEFAULT_TOKENS_PER_BLOCK = 16
