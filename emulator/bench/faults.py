@@ -1,7 +1,7 @@
 """Fault benchmark: convergence and interruption of in-flight KV transfers on clos-2x4.
 
 Scenarios (each run: baseline transfers, the same transfers with the fault
-injected once they move data, heal; see emulator/impact.py):
+injected once they move data, heal; see emulator/faults/impact.py):
   carrier            leaf1's busiest uplink loses carrier          (clos-2x4)
   silent+bfd         leaf1's busiest uplink drops everything       (clos-2x4-bfd, 100 ms x 3)
   silent+hold-timer  the same without BFD                          (clos-2x4-shorthold, hold 3 s)
@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import impact, lab, workload
+from .. import lab, workload
+from ..faults import impact
 from ..engine.job import Job, Op
 from ..plan import Plan
 

@@ -5,8 +5,7 @@ from typing import Any
 
 import click
 
-from .. import converge, faults, lab, measure, state
-from ..fault_model import links_of
+from .. import faults, lab, state
 from ..plan import Plan
 from ..units import parse_duration
 from .progress import progress
@@ -24,17 +23,12 @@ def target(plan: Plan, words: tuple[str, ...], silent: bool = False) -> faults.F
     raise click.UsageError(f"expected {USAGE}, got {' '.join(words) or 'nothing'}")
 
 
-def settle(plan: Plan, watch: measure.FibWatcher, event: dict[str, Any], timeout_s: float,
+def settle(plan: Plan, watch: faults.FibWatcher, event: dict[str, Any], timeout_s: float,
            until: float | None = None) -> dict[str, Any]:
     """Wait until routing reflects the event (ConvergeTimeout after timeout_s); say when it did."""
-    with progress(f"waiting for routing to converge after {event['action']} "
-                  f"{event.get('name', event.get('target'))}"):
-        if event["action"] == "heal":
-            silent = [faults.Fault.from_json(r) for r in event["healed"] if r.get("silent")]
-            converge.wait_heard(plan, [link for f in silent for link in links_of(plan, f)],
-                                event["monotonic"], timeout_s)
-        watch.wait_for(measure.expected_fib(plan, event["after"]), timeout_s)
-    return measure.convergence(watch.samples, event, plan, until)
+    with progress("waiting for routing to converge") as update:
+        faults.settle(plan, watch, event, timeout_s, progress=update)
+    return faults.convergence(watch.samples, event, plan, until)
 
 
 def describe(conv: dict[str, Any]) -> str:
@@ -47,7 +41,7 @@ def describe(conv: dict[str, Any]) -> str:
 def _fail_once(plan: Plan, fault: faults.Fault, wait: bool, timeout_s: float) -> dict[str, Any]:
     if not wait:
         return faults.fail(plan, fault)
-    with measure.FibWatcher(plan) as watch:
+    with faults.FibWatcher(plan) as watch:
         event = faults.fail(plan, fault)
         event["convergence"] = settle(plan, watch, event, timeout_s)
     return event
@@ -55,13 +49,13 @@ def _fail_once(plan: Plan, fault: faults.Fault, wait: bool, timeout_s: float) ->
 
 def _flap(plan: Plan, fault: faults.Fault, period_s: float, count: int,
           timeout_s: float) -> dict[str, Any]:
-    with measure.FibWatcher(plan) as watch:
+    with faults.FibWatcher(plan) as watch:
         event = faults.flap(plan, fault, period_s, count)
         last = event["transitions"][-1]
         settle(plan, watch, last, timeout_s)
     steps = event["transitions"]
     ends = [t["monotonic"] for t in steps[1:]] + [None]
-    event["convergence"] = [measure.convergence(watch.samples, t, plan, end)
+    event["convergence"] = [faults.convergence(watch.samples, t, plan, end)
                             for t, end in zip(steps, ends)]
     return event
 

@@ -4,7 +4,7 @@ import json
 
 import click
 
-from .. import faults, lab, measure, state
+from .. import faults, lab, state
 from .fail import describe, settle, target
 
 
@@ -33,7 +33,7 @@ def command(name: str, what: tuple[str, ...], heal_all: bool, no_wait: bool, tim
     if no_wait:
         event = faults.heal(plan, fault)
     else:
-        with measure.FibWatcher(plan) as watch:
+        with faults.FibWatcher(plan) as watch:
             event = faults.heal(plan, fault)
             event["convergence"] = settle(plan, watch, event, timeout)
     if as_json:

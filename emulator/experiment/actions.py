@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+from .. import faults  # faults.apply: the entry point `rocelab fail` uses too
 from ..congestion.maps import set_ecn
 from ..congestion.pause import set_drain
 from ..engine import client
@@ -26,7 +27,6 @@ def apply(plan: Plan, action: Action) -> dict[str, Any]:
     elif kind == "dcqcn":
         client.set_dcqcn(plan, plan.node(args["host"]), args["profile"])
     elif kind == "fault":
-        from .. import faults  # faults.apply is the same entry point `rocelab fail` uses
         return {"kind": kind, **faults.apply(plan, dict(args))}
     return {"kind": kind, **args}
 

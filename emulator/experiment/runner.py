@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import forwarding, lab, measure, state, workload
+from .. import faults, forwarding, lab, state, workload
 from ..congestion.model import ROCE_TC
 from ..engine import client
 from ..engine.job import Job, Op
-from ..errors import RocelabError
+from ..errors import ConvergeTimeout, RocelabError
 from ..plan import Kind, Plan
 from ..units import Dilation, parse_duration, parse_size, parse_speed
 from . import actions, analysis
@@ -25,6 +25,7 @@ from . import report
 from .spec import Experiment, Flow, load
 
 Progress = Callable[[str], None]
+SETTLE_MIN_S = 2.0  # after the last fault event, even when the run used up its duration
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
 
 
@@ -151,7 +152,7 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
         f.pin()
     timeline = actions.Timeline(plan, exp.actions, t0)
     with contextlib.ExitStack() as stack:
-        watcher = stack.enter_context(measure.FibWatcher(plan)) if any(
+        watcher = stack.enter_context(faults.FibWatcher(plan)) if any(
             a.kind == "fault" for a in exp.actions) else None
         if sampler:
             sampler.start()
@@ -163,19 +164,42 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
         for f in flows:
             f.join(max(0.0, deadline + 30 - time.monotonic()))
         timeline.finish(deadline)
-        if watcher:  # give routing a moment to settle after the last event, then time it
-            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+        if watcher:  # until routing reflects the last fault event, then time each one
+            _settle_last(plan, watcher, timeline.events, deadline, progress)
             _add_convergence(plan, timeline.events, watcher.samples)
     ports = sampler.stop() if sampler else []
     return summarize(exp, plan, t0, flows, ports, timeline.events, pfc0, pfc_snapshot(plan))
 
 
+def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fail and heal events that routing must reflect (a flap's are its transitions)."""
+    out = []
+    for e in events:
+        if e.get("kind") == "fault":
+            out += [t for t in e.get("transitions", [e]) if "monotonic" in t and "after" in t]
+    return out
+
+
+def _settle_last(plan: Plan, watcher: faults.FibWatcher, events: list[dict[str, Any]],
+                 deadline: float, progress: Progress) -> None:
+    """Wait (within the experiment's duration, at least SETTLE_MIN_S) until routing reflects
+    the last fault event; a fabric that does not is reported by its convergence (settled: false)."""
+    done = _fault_events(events)
+    if not done:
+        return
+    try:
+        faults.settle(plan, watcher, done[-1], max(SETTLE_MIN_S, deadline - time.monotonic()),
+                      progress)
+    except ConvergeTimeout:
+        pass  # convergence() of that event says settled: false
+
+
 def _add_convergence(plan: Plan, events: list[dict[str, Any]], samples: list) -> None:
     """Time each fault event's convergence, up to the next fault event."""
-    faults = [e for e in events if e.get("kind") == "fault" and "monotonic" in e and "after" in e]
-    for ev, nxt in zip(faults, faults[1:] + [None]):
+    timed = [e for e in events if e.get("kind") == "fault" and "monotonic" in e and "after" in e]
+    for ev, nxt in zip(timed, timed[1:] + [None]):
         until = nxt["monotonic"] if nxt else None
-        ev["convergence"] = measure.convergence(samples, ev, plan, until=until)
+        ev["convergence"] = faults.convergence(samples, ev, plan, until=until)
 
 
 def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], ports: list[dict],

@@ -14,7 +14,9 @@ import time
 
 import pytest
 
-from emulator import converge, fault_effects, faults, impact, workload
+from emulator import converge, faults, workload
+from emulator.faults import effects as fault_effects
+from emulator.faults import impact
 from emulator.engine.job import Job, Op
 from emulator.paths import lab_run_dir
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from emulator import converge, faults, impact, measure
-from emulator.fault_effects import _drop_ruleset
-from emulator.fault_model import Effect, EffectKind
+from emulator import converge, faults
+from emulator.faults import impact, inject
+from emulator.faults import recovery
+from emulator.faults.effects import _drop_ruleset
+from emulator.faults.model import Effect, EffectKind
 from emulator.faults import Fault, FaultError, FaultKind
 from emulator.lab import load_topology
 from emulator.units import parse_duration
@@ -71,13 +73,13 @@ def _widths(exp, router):
 
 
 def test_expected_fib_whole_fabric(plan):
-    exp = measure.expected_fib(plan, {})
+    exp = recovery.expected_fib(plan, {})
     assert all(_widths(exp, f"leaf{i}") == {2} for i in range(1, 5))
     assert _widths(exp, "spine1") == {1} and len(exp["spine1"]) == 8 and len(exp["leaf1"]) == 6
 
 
 def test_expected_fib_after_an_uplink_cut(plan):
-    exp = measure.expected_fib(plan, {"cut_links": [["leaf1", "spine2"]]})
+    exp = recovery.expected_fib(plan, {"cut_links": [["leaf1", "spine2"]]})
     assert _widths(exp, "leaf1") == {1}
     leaf1_hosts = {plan.host_prefix(plan.node(h)) for h in ("prefill1", "prefill2")}
     for other in ("leaf2", "leaf3", "leaf4"):
@@ -87,12 +89,12 @@ def test_expected_fib_after_an_uplink_cut(plan):
 
 
 def test_expected_fib_after_spine_and_leaf_failures(plan):
-    spine = measure.expected_fib(plan, faults.after_state(plan, [faults.node_fault(plan, "spine2")]))
+    spine = recovery.expected_fib(plan, faults.after_state(plan, [faults.node_fault(plan, "spine2")]))
     assert "spine2" not in spine and all(_widths(spine, f"leaf{i}") == {1} for i in range(1, 5))
-    leaf = measure.expected_fib(plan, faults.after_state(plan, [faults.node_fault(plan, "leaf4")]))
+    leaf = recovery.expected_fib(plan, faults.after_state(plan, [faults.node_fault(plan, "leaf4")]))
     gone = {plan.host_prefix(h) for h in plan.hosts if h.leaf == "leaf4"}
     assert "leaf4" not in leaf and all(leaf["leaf1"][p] == 0 for p in gone)
-    host = measure.expected_fib(plan, {"cut_links": [["decode1", "leaf3"]]})
+    host = recovery.expected_fib(plan, {"cut_links": [["decode1", "leaf3"]]})
     assert host["leaf1"][plan.host_prefix(plan.node("decode1"))] == 0
 
 
@@ -101,32 +103,32 @@ def _sample(t, router, width, plan):
 
 
 def test_convergence_detect_settle_and_relapse(plan):
-    full = measure.expected_fib(plan, {})
+    full = recovery.expected_fib(plan, {})
     samples = [(0.0, r, w) for r, w in full.items()]
     event = {"action": "fail", "name": "node spine2", "monotonic": 10.0,
              "after": faults.after_state(plan, [faults.node_fault(plan, "spine2")])}
     samples += [_sample(10.05, "leaf1", 1, plan), _sample(10.07, "leaf2", 1, plan),
                 _sample(10.08, "leaf3", 1, plan), _sample(10.09, "leaf4", 1, plan),
                 _sample(10.20, "leaf4", 2, plan), _sample(10.30, "leaf4", 1, plan)]
-    conv = measure.convergence(samples, event, plan)
+    conv = recovery.convergence(samples, event, plan)
     assert conv["detect_s"] == 0.05 and conv["converge_s"] == 0.3 and conv["settled"]
     assert conv["leaf_ecmp"]["leaf4"] == [1, 1] and "spine2" not in conv["routers_changed"]
-    early = measure.convergence(samples, event, plan, until=10.25)  # relapsed at 10.20
+    early = recovery.convergence(samples, event, plan, until=10.25)  # relapsed at 10.20
     assert early["settled"] is False and early["converge_s"] is None
 
 
 def test_convergence_when_nothing_has_to_change(plan):
-    full = measure.expected_fib(plan, {})
+    full = recovery.expected_fib(plan, {})
     samples = [(0.0, r, w) for r, w in full.items()]
     event = {"action": "heal", "target": "all", "monotonic": 5.0, "after": {}}
-    conv = measure.convergence(samples, event, plan)
+    conv = recovery.convergence(samples, event, plan)
     assert conv == conv | {"detect_s": None, "converge_s": 0.0, "settled": True}
 
 
 def test_unrecorded_effects_are_named_as_faults(plan):
     node = faults.effects(plan, faults.node_fault(plan, "spine1"))
     silent = faults.effects(plan, faults.link_fault(plan, "leaf2", "spine2", silent=True))
-    live = faults._live(plan, {"active": []}, node | silent | {Effect(DOWN, "leaf4", "decode4")})
+    live = inject._live(plan, {"active": []}, node | silent | {Effect(DOWN, "leaf4", "decode4")})
     assert [(r["fault"], r.get("node") or (r["a"], r["b"]), r["silent"], r["recorded"])
             for r in live] == [("node", "spine1", False, False),
                                ("link", ("leaf4", "decode4"), False, False),
@@ -135,10 +137,10 @@ def test_unrecorded_effects_are_named_as_faults(plan):
 
 def test_records_only_count_while_their_effects_are_in_force(plan):
     rec = faults.link_fault(plan, "leaf1", "spine1").to_json() | {"time": 1.0}
-    assert faults._live(plan, {"active": [rec]}, set()) == []
+    assert inject._live(plan, {"active": [rec]}, set()) == []
     both = {Effect(DOWN, "leaf1", "spine1"), Effect(DOWN, "spine1", "leaf1")}
-    assert faults._live(plan, {"active": [rec]}, both) == [rec]
-    assert faults._live(plan, {"active": [rec]}, both - {Effect(DOWN, "spine1", "leaf1")}) == [
+    assert inject._live(plan, {"active": [rec]}, both) == [rec]
+    assert inject._live(plan, {"active": [rec]}, both - {Effect(DOWN, "spine1", "leaf1")}) == [
         faults.link_fault(plan, "leaf1", "spine1").to_json() | {"recorded": False, "time": None}]
 
 

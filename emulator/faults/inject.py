@@ -1,23 +1,10 @@
-"""Faults: fail and heal links and nodes of a running lab, recorded and recoverable.
+"""Inject and heal faults, recorded in `<run dir>/faults.json`; the kernel is the truth.
 
-    link  carrier loss: both router ends of the link go admin-down, so both
-          routers see the link die at once, as both optics would report loss
-          of signal. (Downing one end leaves the other to the kernel's
-          linkwatch, which may delay a veth peer's carrier-down by up to a
-          second.) silent: both ends drop every frame on ingress and carrier
-          stays up (see fault_effects.py).
-    node  every link of the node fails the same way: carrier (as when a
-          switch loses power and its optics go dark) or silent (a hung switch
-          that keeps its lasers on). The node's FRR daemons are left
-          running; docs/faults.md says why.
-    flap  a link failed and healed `count` times, one cycle per `period`.
-
-Every fail and heal is an event with a wall-clock and a monotonic timestamp,
-appended to `<run dir>/faults.json` (beside state.json) together with the
-faults still active. The kernel is the truth, as for `down`: `active()`
-keeps only records whose effects are in force and reports effects no record
-explains (a crash, a manual `ip link set down`) as unrecorded faults, so
-`heal --all` always restores the lab.
+Every fail and heal is an event (see `FaultEvent`) with a wall-clock and a
+monotonic timestamp, appended to faults.json together with the faults still
+active. `active()` keeps only records whose effects are in force and reports
+effects no record explains (a crash, a manual `ip link set down`) as
+unrecorded faults, so `heal --all` always restores the lab.
 """
 
 from __future__ import annotations
@@ -30,16 +17,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import fault_effects as fx
-from .fault_model import (Effect, EffectKind, Fault, FaultError, FaultKind, after_state, effects,
+from . import effects as fx
+from .model import (Effect, EffectKind, Fault, FaultError, FaultKind, after_state, effects,
                           link_fault, node_fault)
-from .paths import lab_run_dir
-from .plan import Plan
-from .units import UnitError, parse_duration
-
-__all__ = ["Fault", "FaultError", "FaultKind", "active", "after_state", "apply", "effects",
-           "events", "fail", "flap", "heal", "link_fault", "node_fault"]
-
+from ..paths import lab_run_dir
+from ..plan import Plan
+from ..units import UnitError, parse_duration
 
 # -- records ---------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Control-plane convergence: what each router's FIB should become, and when it did.
+"""Recovery: what each router's FIB should become after a fault event, and when it did.
 
 A `FibWatcher` follows every router's kernel FIB from the moment it starts:
 one netlink socket per router namespace subscribed to IPv4 route changes is
@@ -9,8 +9,10 @@ host prefixes (`converge.fib_widths_of`), stamped with the monotonic clock
 `expected_fib` says, purely from the plan and the links a fault cut, what
 the widths must become (eBGP in a Clos is valley-free: spines share an ASN,
 so a leaf reaches a remote leaf only through a spine that still has links
-to both). `convergence` finds, in the samples, when the FIB first changed
-after an event and when it settled on the expected state for good.
+to both). `settle` waits, for `fail`, `heal`, the impact scenarios and the experiment
+runner alike, until routing reflects an event; `convergence` finds, in the
+samples, when the FIB first changed after an event and when it settled on
+the expected state for good.
 """
 
 from __future__ import annotations
@@ -20,17 +22,20 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from . import converge, netns
-from .errors import ConvergeTimeout
-from .plan import Kind, Plan
+from .. import converge, netns
+from ..errors import ConvergeTimeout
+from ..plan import Kind, Plan
+from .model import Fault, links_of
 
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
 RESAMPLE_S = 0.5  # re-read every FIB this often anyway: a lost netlink message cannot hide a change
 Widths = dict[str, dict[str, int]]  # router -> host prefix -> next hops (0 = no route)
 Sample = tuple[float, str, dict[str, int]]
+Progress = Callable[[str], None]
 
 
 def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
@@ -124,6 +129,26 @@ class FibWatcher:
                 if left <= 0:
                     raise ConvergeTimeout(_mismatch(self.plan.lab, self.current, expected, timeout_s))
                 self._changed.wait(min(left, 0.1))
+
+
+def settle(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: float,
+           progress: Progress = lambda _: None) -> None:
+    """Block until routing reflects `event` (a fail or heal from inject.py); ConvergeTimeout if not
+    within `timeout_s`. `convergence(watch.samples, event, ...)` then says when it did.
+
+    After healing a silent fault this first waits until BGP on both ends of each healed link
+    has heard its peer (the hold timer still runs from the last keepalive read before the
+    fault, so a FIB that looks whole could break again); then until every router's FIB holds
+    what the plan and the faults still active require.
+    """
+    deadline = time.monotonic() + timeout_s
+    progress(f"waiting for routing to converge after {event['action']} "
+             f"{event.get('name', event.get('target'))}")
+    if event["action"] == "heal":
+        silent = [Fault.from_json(r) for r in event["healed"] if r.get("silent")]
+        converge.wait_heard(plan, [link for f in silent for link in links_of(plan, f)],
+                            event["monotonic"], timeout_s)
+    watch.wait_for(expected_fib(plan, event["after"]), max(0.0, deadline - time.monotonic()))
 
 
 def _drain(s: socket.socket) -> None:

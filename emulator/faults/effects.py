@@ -30,9 +30,9 @@ from collections.abc import Iterable
 
 from pyroute2 import IPRoute
 
-from . import netns
-from .fault_model import Effect, EffectKind, FaultError
-from .plan import Node, Plan
+from .. import netns
+from ..plan import Node, Plan
+from .model import Effect, EffectKind, FaultError
 
 TABLE = "rocelab_fault"
 CHAIN_PREFIX = "in_"

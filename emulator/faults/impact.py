@@ -6,7 +6,7 @@ injected once every one of them is moving data; it waits for routing to
 converge around the fault, for the transfers to end (completed, or failed
 once a QP exceeded its retry limit: a flow never hangs the run), heals, and
 waits for the FIB to be whole again. It reports per event the control-plane
-convergence (measure.py), and per flow the data-plane interruption (the
+convergence (recovery.py), and per flow the data-plane interruption (the
 engine's longest gap in in-order delivery on the receiving QPs),
 retransmissions, timeouts, integrity and the slowdown against the baseline.
 """
@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Union
 
-from . import faults, forwarding, measure
-from .engine import client
-from .engine.job import Job
-from .errors import RocelabError
-from .plan import Kind, Node, Plan
+from .. import forwarding
+from ..engine import client
+from ..engine.job import Job
+from ..errors import ConvergeTimeout, RocelabError
+from ..plan import Kind, Node, Plan
+from . import inject
+from .recovery import FibWatcher, convergence, settle
 
 JOIN_SLACK_S = 30.0  # beyond the job's own timeout, before a flow is declared stuck
 FLOW_KEYS = ("bytes", "duration_s", "goodput_gbps", "interruption_s", "retransmitted_packets",
@@ -124,18 +126,18 @@ def fault_impact(plan: Plan, action: Action, pairs: list[tuple[Node, Node]], job
     base = Flows(plan, pairs, job).start().join() if baseline else None
     if base:
         log("baseline: " + ", ".join(f"{r.get('duration_s', '?')} s" for r in base))
-    with measure.FibWatcher(plan) as watch:
+    with FibWatcher(plan) as watch:
         flows = Flows(plan, pairs, job).start()
         in_flight = flows.wait_moving(start_fraction, settle_timeout_s)
         chosen = action(flows) if callable(action) else action
-        fail = faults.apply(plan, chosen)
-        log(f"{fail['name']} at {fail['iso']}; waiting for routing to converge")
-        settled = _settle(watch, plan, fail, settle_timeout_s)
+        fail = inject.apply(plan, chosen)
+        log(f"{fail['name']} at {fail['iso']}")
+        settled = _settled(plan, watch, fail, settle_timeout_s, log)
         results = flows.join()
-        heal = faults.apply(plan, heal_action(chosen))
-        healed = _settle(watch, plan, heal, settle_timeout_s)
-    conv = [measure.convergence(watch.samples, fail, plan, heal["monotonic"]),
-            measure.convergence(watch.samples, heal, plan)]
+        heal = inject.apply(plan, heal_action(chosen))
+        healed = _settled(plan, watch, heal, settle_timeout_s, log)
+    conv = [convergence(watch.samples, fail, plan, heal["monotonic"]),
+            convergence(watch.samples, heal, plan)]
     for c, ok in zip(conv, (settled, healed)):
         c["settled"] = c["settled"] and ok
     flows_out = [_flow_row(r, b) for r, b in zip(results, base or [None] * len(results))]
@@ -144,11 +146,12 @@ def fault_impact(plan: Plan, action: Action, pairs: list[tuple[Node, Node]], job
             "summary": _summary(conv, flows_out)}
 
 
-def _settle(watch: measure.FibWatcher, plan: Plan, event: dict[str, Any], timeout_s: float) -> bool:
+def _settled(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: float,
+             log: Log) -> bool:
     try:
-        watch.wait_for(measure.expected_fib(plan, event["after"]), timeout_s)
+        settle(plan, watch, event, timeout_s, log)
         return True
-    except RocelabError:  # ConvergeTimeout: reported as settled: false, the run goes on
+    except ConvergeTimeout:  # reported as settled: false, the run goes on
         return False
 
 

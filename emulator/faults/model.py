@@ -1,6 +1,6 @@
 """What a fault is, pure: its target, the links it cuts, the port effects it has.
 
-No root and no I/O: fault_effects.py puts effects in force, faults.py records
+No root and no I/O: effects.py puts effects in force, inject.py records
 faults and is the API. A link fault names its ends (a leaf first when a host
 was named first); a node fault is a router. Each cut link gets an effect on
 both ends: DROP for a silent fault, DOWN for carrier loss (router ends only:
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
-from .errors import RocelabError
-from .plan import Node, Plan
+from ..errors import RocelabError
+from ..plan import Node, Plan
 
 
 class FaultError(RocelabError):

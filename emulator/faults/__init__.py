@@ -1,0 +1,29 @@
+"""Faults: fail and heal links and nodes of a running lab, recorded and recoverable.
+
+    link  carrier loss: both router ends of the link go admin-down, so both
+          routers see the link die at once, as both optics would report loss
+          of signal. (Downing one end leaves the other to the kernel's
+          linkwatch, which may delay a veth peer's carrier-down by up to a
+          second.) silent: both ends drop every frame on ingress and carrier
+          stays up (see effects.py).
+    node  every link of the node fails the same way: carrier (as when a
+          switch loses power and its optics go dark) or silent (a hung switch
+          that keeps its lasers on). The node's FRR daemons are left
+          running; docs/faults.md says why.
+    flap  a link failed and healed `count` times, one cycle per `period`.
+
+The package, by concern:
+    model     what a fault is, pure: its target, the links it cuts, its port effects
+    effects   the effects in the kernel: apply, undo, read back (scan)
+    inject    fail / heal / flap / apply, recorded in faults.json; active()
+    recovery  what routing must become, a FIB watcher, `settle` and convergence times
+    impact    a fault during transfers in flight: interruption, slowdown, integrity
+"""
+
+from .inject import active, apply, events, fail, flap, heal
+from .model import Fault, FaultError, FaultKind, after_state, effects, link_fault, links_of, node_fault
+from .recovery import FibWatcher, convergence, expected_fib, settle
+
+__all__ = ["Fault", "FaultError", "FaultKind", "FibWatcher", "active", "after_state", "apply",
+           "convergence", "effects", "events", "expected_fib", "fail", "flap", "heal",
+           "link_fault", "links_of", "node_fault", "settle"]
