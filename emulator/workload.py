@@ -17,6 +17,7 @@ from typing import Any
 
 from .engine import client
 from .engine.job import Job
+from .experiment.analysis import percentile
 from .errors import RocelabError
 from .plan import Kind, Node, Plan
 from .spec import Role
@@ -60,14 +61,6 @@ def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
                  progress: Progress | None = None) -> dict[str, Any]:
     client.ensure_engines(plan, [src, dst])
     return client.transfer(plan, src, dst, job, progress)
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from .. import forwarding, lab, netns, state
@@ -55,9 +53,8 @@ def run(repeats: int = 1, log=lambda m: print(m, file=sys.stderr)) -> dict[str, 
         cp = plan.congestion
         shaping = _iperf(plan, cp.rate_bps)
         log(f"congestion shaping: {shaping['delivered_bps'] / 1e6:.2f} of {cp.rate_bps / 1e6:g} Mbit/s")
-        out = Path(tempfile.mkdtemp(prefix="rocelab-bench-"))
-        storm = runner.run("experiments/pause-storm.yaml", out / "storm", name=NAME)
-        incast = runner.run("experiments/incast.yaml", out / "incast", name=NAME)
+        storm, _ = runner.run("experiments/pause-storm.yaml", name=NAME)
+        incast, _ = runner.run("experiments/incast.yaml", name=NAME)
     finally:
         lab.down(NAME)
     series = {f["name"]: _cumulative(f["rate_series"]) for f in incast["flows"]}

@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from .. import lab, state, workload
+from .. import report
 from ..report import record
 from ..engine.job import Job, Op
 from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
@@ -54,7 +55,7 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
                 "src": ",".join(sorted({s.name for s, _ in pair_list})),
                 "dst": ",".join(sorted({d.name for _, d in pair_list}))}
         senders = [(s.name, d.name) for s, d in pair_list[:requests]]
-        record.save(Path(out), rec.results("kv", res, flow, senders), plan)
+        report.save(Path(out), rec.results("kv", res, flow, senders), plan)
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return

@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import lab
+from .. import lab, report
 from ..experiment import runner
 from .progress import progress
 
@@ -24,7 +24,9 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
     """
     lab.require_root()
     with progress(f"run {experiment}") as update:
-        res = runner.run(experiment, Path(out), keep=keep, name=name, progress=update)
+        res, plan = runner.run(experiment, keep=keep, name=name, progress=update)
+        update(f"writing the report into {out}")
+        report.save(Path(out), res, plan)
     console = Console()
     d = res["dilation"]
     links = f"links {res['link_rate_bps'] / 1e6:g} Mbit/s, D={d:g}" if res["link_rate_bps"] else "unshaped"

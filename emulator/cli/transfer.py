@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import lab, state, workload
+from .. import report
 from ..report import record
 from ..units import parse_size, speed_or_zero
 from ..engine.job import Job, Op
@@ -41,7 +42,7 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str,
             (rec if out else contextlib.nullcontext()):
         res = workload.run_transfer(plan, s, d, job, rec.also(tick) if out else tick)
     if out:
-        record.save(Path(out), rec.results("transfer", res, {"name": f"{src} -> {dst}", "src": src,
+        report.save(Path(out), rec.results("transfer", res, {"name": f"{src} -> {dst}", "src": src,
                                                              "dst": dst}), plan)
     if as_json:
         click.echo(json.dumps(res, indent=2))

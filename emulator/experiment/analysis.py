@@ -1,10 +1,33 @@
-"""Pure numbers over experiment time series: rates, fairness, utilisation."""
+"""Pure numbers over an experiment's recordings: rates, fairness, utilisation, and the
+summary that becomes results.json.
+
+The runner records (`FlowRecord`s, sampled ports, timeline events, PFC snapshots);
+everything here is a function of those recordings alone, so it is unit-tested on
+series recorded from real runs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..workload import percentile
+from ..congestion.model import ROCE_TC
+from ..plan import Plan
+from ..units import Dilation, parse_duration
+from .spec import Experiment
+
+COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
+Series = Sequence[tuple[float, float]]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank q-th percentile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
 
 
 def jain(values: Sequence[float]) -> float:
@@ -84,3 +107,111 @@ def bottleneck(ports: Sequence[dict], t0: float, t1: float, rate_bps: float,
         if best is None or key > best[0]:
             best = (key, {"node": p["node"], "port": p["port"], "tc": tc, **s})
     return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class FlowRecord:
+    """What a run recorded of one flow; times in wall seconds since the run's start."""
+
+    name: str
+    src: str
+    dst: str
+    op: str
+    bytes: int  # every transfer's payload together
+    start_s: float
+    end_s: float | None  # None unless every transfer completed
+    series: list[tuple[float, float]]  # (t, cumulative bytes delivered)
+    repeat: int = 1
+    handoffs: list[tuple[float, float]] = field(default_factory=list)  # (start, duration)
+    result: dict[str, Any] | None = None  # the engine's results folded into one
+    error: str | None = None
+
+    @property
+    def fct_s(self) -> float | None:
+        return self.end_s - self.start_s if self.result is not None and self.end_s is not None \
+            else None
+
+
+def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[dict],
+              events: list[dict], pfc0: dict, pfc1: dict,
+              lossless_drops: int | None) -> dict[str, Any]:
+    """results.json's content from a run's recordings (see docs/congestion.md for its keys)."""
+    cp = plan.congestion
+    flow_out = [flow_summary(f, plan.dilation) for f in flows]
+    starts = [f["start_s"] for f in flow_out]
+    ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
+    steady0 = min(starts) + parse_duration(exp.steady_after)
+    steady1 = min(ends) if ends else steady0
+    series = {f.name: f.series for f in flows}
+    steady_rates = {n: mean_rate(s, steady0, steady1) for n, s in series.items()}
+    if steady1 <= steady0:  # a flow ended before steady_after: no common steady state
+        steady_rates = {}
+    reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
+    return {
+        "experiment": exp.name, "lab": plan.lab, "dilation": plan.dilation,
+        "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": plan.speed_bps,
+        "flows": flow_out, "ports": ports, "events": events,
+        "steady": {"from_s": steady0, "to_s": steady1,
+                   "rates_bps": steady_rates,
+                   "jain": jain(list(steady_rates.values())) if steady_rates else None,
+                   "bottleneck": bottleneck(ports, steady0, steady1, cp.rate_bps, ROCE_TC)
+                   if cp else None},
+        "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
+                "reaction_us_p50": _pct(reactions, 50),
+                "reaction_us_p99": _pct(reactions, 99),
+                "paused_s": {k: round(v - pfc0.get("paused_s", {}).get(k, 0.0), 4)
+                             for k, v in pfc1.get("paused_s", {}).items()
+                             if v - pfc0.get("paused_s", {}).get(k, 0.0) > 0}},
+        "phases": {name: phase(members, flow_out, series, ports)
+                   for name, members in exp.phases.items()},
+        "lossless_drops": lossless_drops,
+        "integrity_ok": all(f["integrity_ok"] for f in flow_out),
+    }
+
+
+def phase(members: list[str], flows: list[dict[str, Any]], series: dict[str, Series],
+          ports: list[dict]) -> dict[str, Any]:
+    """A window from the first start to the last end of `members`: every flow's mean rate
+    while it ran inside the window, and the pause frames sent in it."""
+    last = max((s[-1][0] for s in series.values() if s), default=0.0)
+    span = {f["name"]: (f["start_s"], f["end_s"] if f["end_s"] is not None else last)
+            for f in flows}
+    t0 = min(span[m][0] for m in members)
+    t1 = max(span[m][1] for m in members)
+    rates_in = {}
+    for name, (a, b) in span.items():
+        a, b = max(a, t0), min(b, t1)
+        if b > a:
+            rates_in[name] = mean_rate(series[name], a, b)
+    handoffs = {}  # repeated flows: their transfers that started in the window
+    for f in flows:
+        durations = sorted(d for a, d in f.get("handoffs", []) if t0 <= a <= t1)
+        if durations:
+            handoffs[f["name"]] = {"count": len(durations), "p50_s": percentile(durations, 50),
+                                   "p99_s": percentile(durations, 99), "max_s": durations[-1]}
+    pauses = sum(bytes_between(p["series"].get("pause_tx", []), t0, t1) for p in ports)
+    return {"from_s": t0, "to_s": t1, "rates_bps": rates_in, "handoffs": handoffs,
+            "pauses": round(pauses)}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q), 1) if values else None
+
+
+def flow_summary(f: FlowRecord, dilation: Dilation) -> dict[str, Any]:
+    """One flow's entry in results.json."""
+    r = f.result or {}
+    fct = f.fct_s
+    return {
+        "name": f.name, "src": f.src, "dst": f.dst, "op": f.op,
+        "bytes": f.bytes, "start_s": round(f.start_s, 4),
+        "end_s": round(f.end_s, 4) if fct is not None and f.end_s is not None else None,
+        "fct_s": fct, "fct_real_s": dilation.real(fct) if fct else None,
+        "goodput_bps": f.bytes * 8 / fct if fct else None,
+        "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
+        **{k: r.get(k, 0) for k in COUNTERS},
+        "spines": sorted({q.get("spine") for q in r.get("qps", []) if q.get("spine")}),
+        "rate_series": rates(f.series),
+        **({"handoffs": [[round(a, 4), round(d, 4)] for a, d in f.handoffs]}
+           if f.repeat > 1 else {}),
+    }

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -14,19 +13,19 @@ from typing import Any
 
 from .. import faults, forwarding, lab, state, workload
 from ..congestion.model import ROCE_TC
+from ..congestion.qos import queue_drops
 from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import ConvergeTimeout, RocelabError
 from ..plan import Kind, Plan
 from ..units import Dilation, parse_duration, parse_size, parse_speed
 from . import actions, analysis
+from .analysis import COUNTERS
 from .sampler import Sampler, pfc_snapshot
-from . import report
 from .spec import Experiment, Flow, load
 
 Progress = Callable[[str], None]
 SETTLE_MIN_S = 2.0  # after the last fault event, even when the run used up its duration
-COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
 
 
 def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
@@ -87,13 +86,28 @@ class FlowRun(threading.Thread):
                 "qps": [q for r in self.results for q in r.get("qps", [])],
                 **{k: sum(r.get(k, 0) for r in self.results) for k in COUNTERS}}
 
+    def record(self, t0: float) -> analysis.FlowRecord:
+        """What this flow did, relative to the run's start `t0`, as plain data."""
+        done = self.result is not None
+        return analysis.FlowRecord(
+            name=self.flow.name, src=self.flow.src, dst=self.flow.dst, op=self.flow.op,
+            bytes=self.job.payload_bytes * self.flow.repeat, repeat=self.flow.repeat,
+            start_s=self.started - t0, end_s=self.ended - t0 if done else None,
+            series=list(self.series), handoffs=list(self.handoffs), result=self.result,
+            error=self.error)
+
     def _tick(self, done: int, _total: int, sent: int | None = None) -> None:
         self.series.append((round(time.monotonic() - self.t0, 4),
                             self._base + (sent if sent is not None else done)))
 
 
-def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None,
-        progress: Progress = lambda m: None) -> dict[str, Any]:
+def run(path: str | Path, keep: bool = False, name: str | None = None,
+        progress: Progress = lambda m: None) -> tuple[dict[str, Any], Plan]:
+    """Run an experiment file; return its results (results.json's content) and the lab's plan.
+
+    Brings the lab up first unless it is running (and down again after, unless `keep`).
+    Writes nothing: `report.save(out, results, plan)` does, as for `transfer` and `kv`.
+    """
     exp, topology = load(path)
     static_plan = lab.load_topology(topology)[1]
     check(exp, static_plan)  # before anything exists: a bad experiment creates nothing
@@ -110,10 +124,7 @@ def run(path: str | Path, out: Path, keep: bool = False, name: str | None = None
     finally:
         if brought_up and not keep:
             lab.down(name)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    report.write(out, results, plan)  # report.md, report.html, plots, topology picture
-    return results
+    return results, plan
 
 
 def check(exp: Experiment, plan: Plan) -> None:
@@ -168,7 +179,9 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
             _settle_last(plan, watcher, timeline.events, deadline, progress)
             _add_convergence(plan, timeline.events, watcher.samples)
     ports = sampler.stop() if sampler else []
-    return summarize(exp, plan, t0, flows, ports, timeline.events, pfc0, pfc_snapshot(plan))
+    return analysis.summarize(exp, plan, [f.record(t0) for f in flows], ports, timeline.events,
+                              pfc0, pfc_snapshot(plan),
+                              lossless_drops(plan) if plan.congestion else None)
 
 
 def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -202,90 +215,6 @@ def _add_convergence(plan: Plan, events: list[dict[str, Any]], samples: list) ->
         ev["convergence"] = faults.convergence(samples, ev, plan, until=until)
 
 
-def summarize(exp: Experiment, plan: Plan, t0: float, flows: list[FlowRun], ports: list[dict],
-              events: list[dict], pfc0: dict, pfc1: dict) -> dict[str, Any]:
-    cp = plan.congestion
-    dilation = plan.dilation
-    flow_out = [_flow_summary(f, t0, dilation) for f in flows]
-    starts = [f["start_s"] for f in flow_out]
-    ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
-    steady0 = min(starts) + parse_duration(exp.steady_after)
-    steady1 = min(ends) if ends else steady0
-    series = {f.flow.name: f.series for f in flows}
-    steady_rates = {n: analysis.mean_rate(s, steady0, steady1) for n, s in series.items()}
-    if steady1 <= steady0:  # a flow ended before steady_after: no common steady state
-        steady_rates = {}
-    reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
-    return {
-        "experiment": exp.name, "lab": plan.lab, "dilation": dilation,
-        "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": plan.speed_bps,
-        "flows": flow_out, "ports": ports, "events": events,
-        "steady": {"from_s": steady0, "to_s": steady1,
-                   "rates_bps": steady_rates,
-                   "jain": analysis.jain(list(steady_rates.values())) if steady_rates else None,
-                   "bottleneck": analysis.bottleneck(ports, steady0, steady1, cp.rate_bps, ROCE_TC)
-                   if cp else None},
-        "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
-                "reaction_us_p50": analysis_pct(reactions, 50),
-                "reaction_us_p99": analysis_pct(reactions, 99),
-                "paused_s": {k: round(v - pfc0.get("paused_s", {}).get(k, 0.0), 4)
-                             for k, v in pfc1.get("paused_s", {}).items()
-                             if v - pfc0.get("paused_s", {}).get(k, 0.0) > 0}},
-        "phases": {name: phase(members, flow_out, series, ports)
-                   for name, members in exp.phases.items()},
-        "lossless_drops": lossless_drops(plan) if cp else None,
-        "integrity_ok": all(f["integrity_ok"] for f in flow_out),
-    }
-
-
-def phase(members: list[str], flows: list[dict[str, Any]], series: dict[str, list],
-          ports: list[dict]) -> dict[str, Any]:
-    """A window from the first start to the last end of `members`: every flow's mean rate
-    while it ran inside the window, and the pause frames sent in it."""
-    last = max((s[-1][0] for s in series.values() if s), default=0.0)
-    span = {f["name"]: (f["start_s"], f["end_s"] if f["end_s"] is not None else last)
-            for f in flows}
-    t0 = min(span[m][0] for m in members)
-    t1 = max(span[m][1] for m in members)
-    rates = {}
-    for name, (a, b) in span.items():
-        a, b = max(a, t0), min(b, t1)
-        if b > a:
-            rates[name] = analysis.mean_rate(series[name], a, b)
-    handoffs = {}  # repeated flows: their transfers that started in the window
-    for f in flows:
-        durations = sorted(d for a, d in f.get("handoffs", []) if t0 <= a <= t1)
-        if durations:
-            handoffs[f["name"]] = {"count": len(durations), "p50_s": workload.percentile(durations, 50),
-                                   "p99_s": workload.percentile(durations, 99), "max_s": durations[-1]}
-    pauses = sum(analysis.bytes_between(p["series"].get("pause_tx", []), t0, t1) for p in ports)
-    return {"from_s": t0, "to_s": t1, "rates_bps": rates, "handoffs": handoffs,
-            "pauses": round(pauses)}
-
-
-def analysis_pct(values: list[float], q: float) -> float | None:
-    return round(workload.percentile(values, q), 1) if values else None
-
-
-def _flow_summary(f: FlowRun, t0: float, dilation: Dilation) -> dict[str, Any]:
-    r = f.result or {}
-    fct = (f.ended - f.started) if f.result else None
-    return {
-        "name": f.flow.name, "src": f.flow.src, "dst": f.flow.dst, "op": f.flow.op,
-        "bytes": f.job.payload_bytes * f.flow.repeat, "start_s": round(f.started - t0, 4),
-        "end_s": round(f.ended - t0, 4) if f.result else None,
-        "fct_s": fct, "fct_real_s": dilation.real(fct) if fct else None,
-        "goodput_bps": f.job.payload_bytes * f.flow.repeat * 8 / fct if fct else None,
-        "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
-        **{k: r.get(k, 0) for k in COUNTERS},
-        "spines": sorted({q.get("spine") for q in r.get("qps", []) if q.get("spine")}),
-        "rate_series": analysis.rates(f.series),
-        **({"handoffs": [[round(a, 4), round(d, 4)] for a, d in f.handoffs]}
-           if f.flow.repeat > 1 else {}),
-    }
-
-
 def lossless_drops(plan: Plan) -> int:
     """Drops in every port's lossless (TBF) queue: must stay 0 with enough headroom."""
-    from ..congestion.qos import queue_drops
     return sum(queue_drops(plan, ROCE_TC).values())

@@ -21,9 +21,10 @@ The package, by concern:
 """
 
 from .inject import active, apply, events, fail, flap, heal
-from .model import Fault, FaultError, FaultKind, after_state, effects, link_fault, links_of, node_fault
+from .model import (Fault, FaultError, FaultKind, after_state, effects_of, link_fault, links_of,
+                    node_fault)
 from .recovery import FibWatcher, convergence, expected_fib, settle
 
 __all__ = ["Fault", "FaultError", "FaultKind", "FibWatcher", "active", "after_state", "apply",
-           "convergence", "effects", "events", "expected_fib", "fail", "flap", "heal",
+           "convergence", "effects_of", "events", "expected_fib", "fail", "flap", "heal",
            "link_fault", "links_of", "node_fault", "settle"]

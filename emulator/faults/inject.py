@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import effects as fx
-from .model import (Effect, EffectKind, Fault, FaultError, FaultKind, after_state, effects,
+from .model import (Effect, EffectKind, Fault, FaultError, FaultKind, after_state, effects_of,
                           link_fault, node_fault)
 from ..paths import lab_run_dir
 from ..plan import Plan
@@ -49,8 +49,8 @@ def _records(lab: str) -> Iterator[dict[str, Any]]:
 
 def _live(plan: Plan, doc: dict[str, Any], present: set[Effect]) -> list[dict[str, Any]]:
     """Recorded faults still in force, plus faults derived from unexplained effects."""
-    live = [r for r in doc["active"] if effects(plan, Fault.from_json(r)) <= present]
-    explained = set().union(*(effects(plan, Fault.from_json(r)) for r in live))
+    live = [r for r in doc["active"] if effects_of(plan, Fault.from_json(r)) <= present]
+    explained = set().union(*(effects_of(plan, Fault.from_json(r)) for r in live))
     return live + [f.to_json() | {"recorded": False, "time": None}
                    for f in _derive(plan, present - explained)]
 
@@ -61,9 +61,9 @@ def _derive(plan: Plan, left: set[Effect]) -> list[Fault]:
     for silent in (False, True):
         for node in plan.routers:
             f = Fault(FaultKind.NODE, node.name, silent=silent)
-            if effects(plan, f) <= left:
+            if effects_of(plan, f) <= left:
                 found.append(f)
-                left -= effects(plan, f)
+                left -= effects_of(plan, f)
     for e in sorted(left):
         peer = next(i.peer for i in plan.node(e.node).interfaces if i.name == e.port)
         f = link_fault(plan, e.node, peer, silent=e.kind is EffectKind.DROP)
@@ -79,7 +79,7 @@ def active(plan: Plan) -> list[dict[str, Any]]:
     for r in live:
         f = Fault.from_json(r)
         r["name"] = f.name
-        r["dropped_packets"] = sum(counters.get(e, 0) for e in effects(plan, f))
+        r["dropped_packets"] = sum(counters.get(e, 0) for e in effects_of(plan, f))
     return live
 
 
@@ -97,13 +97,13 @@ def fail(plan: Plan, fault: Fault) -> dict[str, Any]:
         if clash:
             raise FaultError(f"{fault.name} has already failed; heal it first")
         stamp = _stamp()
-        fx.apply(plan, effects(plan, fault))
+        fx.apply(plan, effects_of(plan, fault))
         inject_s = round(time.monotonic() - stamp["monotonic"], 6)
         record = fault.to_json() | stamp
         doc["active"] = [r for r in live if r.get("recorded", True)] + [record]
         faults = [Fault.from_json(r) for r in live] + [fault]
         event = {"action": "fail", **record, "name": fault.name, "inject_s": inject_s,
-                 "effects": sorted(map(str, effects(plan, fault))),
+                 "effects": sorted(map(str, effects_of(plan, fault))),
                  "after": after_state(plan, faults)}
         doc["events"].append(event)
     return event
@@ -119,9 +119,9 @@ def heal(plan: Plan, target: Fault | None = None) -> dict[str, Any]:
             raise FaultError(f"{target.name} is not failed; active: "
                              + (", ".join(Fault.from_json(r).name for r in live) or "none"))
         kept = [Fault.from_json(r) for r in live if r not in healed]
-        keep = set().union(*(effects(plan, f) for f in kept))
+        keep = set().union(*(effects_of(plan, f) for f in kept))
         lift = present if target is None else set().union(
-            *(effects(plan, Fault.from_json(r)) for r in healed)) - keep
+            *(effects_of(plan, Fault.from_json(r)) for r in healed)) - keep
         stamp = _stamp()
         fx.undo(plan, lift, present)
         event = {"action": "heal", "target": target.name if target else "all", **stamp,

@@ -96,7 +96,7 @@ def links_of(plan: Plan, fault: Fault) -> list[tuple[str, str]]:
     return [(fault.a, i.peer) for i in plan.node(fault.a).interfaces]
 
 
-def effects(plan: Plan, fault: Fault) -> set[Effect]:
+def effects_of(plan: Plan, fault: Fault) -> set[Effect]:
     """Both ends of every link the fault cuts: DROP (silent), or DOWN on the router ends."""
     kind = EffectKind.DROP if fault.silent else EffectKind.DOWN
     out = set()

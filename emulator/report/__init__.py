@@ -9,12 +9,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from ..plan import Plan
 from . import data as data_mod
 from . import html, markdown
+
+
+def save(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
+    """results.json, then the report beside it (every command that has `--out`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    return [out / "results.json"] + write(out, results, plan)
 
 
 def write(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:

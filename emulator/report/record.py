@@ -8,10 +8,8 @@ workload's own progress as a rate series, so one report pipeline serves
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..congestion.model import ROCE_TC
@@ -19,7 +17,6 @@ from ..experiment.analysis import rates
 from ..experiment.sampler import Sampler, pfc_snapshot
 from ..metrics.collectors import interface
 from ..plan import Plan
-from . import write
 from .data import binned
 
 SAMPLE_EVERY_S = 0.1
@@ -110,10 +107,3 @@ def port_bytes(plan: Plan) -> dict[str, float]:
     fams = interface.Collector.parse(interface.Collector(plan).fetch(), plan)
     sent = next(f for f in fams if f.name == "rocelab_interface_tx_bytes_total")
     return {f"{labels['node']}:{labels['port']}": v for labels, v in sent.samples}
-
-
-def save(out: Path, results: dict[str, Any], plan: Plan) -> list[Path]:
-    """results.json, then the report beside it."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    return [out / "results.json"] + write(out, results, plan)

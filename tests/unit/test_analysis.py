@@ -40,7 +40,7 @@ def test_bottleneck_is_the_busiest_port_of_the_class():
 
 
 def test_a_phase_spans_its_flows_and_rates_each_flow_while_it_ran():
-    from emulator.experiment.runner import phase
+    from emulator.experiment.analysis import phase
 
     flows = [{"name": "victim", "start_s": 0.0, "end_s": None,  # still running at the end
               "handoffs": [[0.5, 0.2], [1.5, 0.4], [4.0, 1.0], [6.0, 0.1]]},

@@ -45,19 +45,19 @@ def test_a_host_is_not_a_node_fault(plan):
 
 
 def test_effects_of_each_fault(plan):
-    assert faults.effects(plan, faults.link_fault(plan, "leaf1", "spine2")) == {
+    assert faults.effects_of(plan, faults.link_fault(plan, "leaf1", "spine2")) == {
         Effect(DOWN, "leaf1", "spine2"), Effect(DOWN, "spine2", "leaf1")}
-    assert faults.effects(plan, faults.link_fault(plan, "decode1", "leaf3")) == {
+    assert faults.effects_of(plan, faults.link_fault(plan, "decode1", "leaf3")) == {
         Effect(DOWN, "leaf3", "decode1")}  # never the host's own eth0
-    assert faults.effects(plan, faults.link_fault(plan, "leaf1", "spine2", silent=True)) == {
+    assert faults.effects_of(plan, faults.link_fault(plan, "leaf1", "spine2", silent=True)) == {
         Effect(DROP, "leaf1", "spine2"), Effect(DROP, "spine2", "leaf1")}
-    assert faults.effects(plan, faults.link_fault(plan, "decode1", "leaf3", silent=True)) == {
+    assert faults.effects_of(plan, faults.link_fault(plan, "decode1", "leaf3", silent=True)) == {
         Effect(DROP, "leaf3", "decode1"), Effect(DROP, "decode1", "eth0")}
-    node = faults.effects(plan, faults.node_fault(plan, "spine2"))
+    node = faults.effects_of(plan, faults.node_fault(plan, "spine2"))
     assert node == ({Effect(DOWN, "spine2", f"leaf{i}") for i in range(1, 5)}
                     | {Effect(DOWN, f"leaf{i}", "spine2") for i in range(1, 5)})
-    assert len(faults.effects(plan, faults.node_fault(plan, "leaf1", silent=True))) == 8
-    assert len(faults.effects(plan, faults.node_fault(plan, "leaf1"))) == 6  # hosts keep eth0 up
+    assert len(faults.effects_of(plan, faults.node_fault(plan, "leaf1", silent=True))) == 8
+    assert len(faults.effects_of(plan, faults.node_fault(plan, "leaf1"))) == 6  # hosts keep eth0 up
 
 
 def test_silent_host_link_keeps_its_route_carrier_loss_does_not(plan):
@@ -126,8 +126,8 @@ def test_convergence_when_nothing_has_to_change(plan):
 
 
 def test_unrecorded_effects_are_named_as_faults(plan):
-    node = faults.effects(plan, faults.node_fault(plan, "spine1"))
-    silent = faults.effects(plan, faults.link_fault(plan, "leaf2", "spine2", silent=True))
+    node = faults.effects_of(plan, faults.node_fault(plan, "spine1"))
+    silent = faults.effects_of(plan, faults.link_fault(plan, "leaf2", "spine2", silent=True))
     live = inject._live(plan, {"active": []}, node | silent | {Effect(DOWN, "leaf4", "decode4")})
     assert [(r["fault"], r.get("node") or (r["a"], r["b"]), r["silent"], r["recorded"])
             for r in live] == [("node", "spine1", False, False),
