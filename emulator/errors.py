@@ -14,9 +14,10 @@ class SpecError(RocelabError):
 
     exit_code = 2
 
-    def __init__(self, source: str, field: str, problem: str):
-        self.source, self.field, self.problem = source, field, problem
-        super().__init__(f"{source}: {field}: {problem}")
+    def __init__(self, source: str, field: str, problem: str, line: int | None = None):
+        self.source, self.field, self.problem, self.line = source, field, problem, line
+        where = f"{source}: line {line}" if line else source
+        super().__init__(f"{where}: {field}: {problem}")
 
 
 class LabExistsError(RocelabError):

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from . import converge, frr, netns, state
-from .errors import LabExistsError, NotRootError
+from .congestion.launch import start_controller
+from .errors import LabExistsError, NotRootError, SpecError
 from .paths import lab_run_dir
 from .plan import Plan, compile_plan
-from .congestion.launch import start_controller
 from .realize import realize
 from .render import Rendered, render
-from .spec import Topology, load, parse
+from .spec import Topology, load, located, parse, read_yaml
 
 Progress = Callable[[str], None]
 DEFAULT_TIMEOUT_S = 60.0
@@ -53,7 +53,10 @@ def load_topology(path: str | Path, name: str | None = None) -> tuple[Topology, 
     topo = load(path)
     if name is not None:
         topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name}")
-    plan = compile_plan(topo, str(path))
+    try:
+        plan = compile_plan(topo, str(path))
+    except SpecError as e:  # a semantic error: point at its line in the file
+        raise located(e, read_yaml(path)[1]) from None
     return topo, plan, render(plan)
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import typing
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from .errors import SpecError
 from .units import SPEED_RE, UnitError, parse_size, speed_or_zero
@@ -173,7 +175,8 @@ def _check_size(v: str) -> str:
 
 
 class Topology(Strict):
-    name: str = Field(description="Lab name: lowercase letters, digits and dashes; namespaces are <name>-<node>.")
+    name: str = Field(description="Lab name: lowercase letters, digits and dashes; "
+                                  "namespaces are <name>-<node>.")
     description: str = Field("", description="Free text, shown nowhere but the plan.")
     addressing: Annotated[Addressing, Field(strict=False)] = Field(
         Addressing.UNNUMBERED, description="unnumbered (RFC 5549) or numbered (/31 per link).")
@@ -205,7 +208,7 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
-def _describe(err: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]:
+def _describe(err: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
     # Union members add type tags (e.g. 'constrained-float') to the location: drop them.
     loc = ".".join(str(p) for p in err["loc"] if "-" not in str(p) and "[" not in str(p))
     loc = loc or "(top level)"
@@ -224,37 +227,96 @@ def _describe(err: dict[str, Any], model: type[BaseModel]) -> tuple[str, str]:
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model at `loc` inside `model` (through optional fields and list items), or None."""
+    current: type[BaseModel] | None = model
     for part in loc:
-        field = model.model_fields.get(str(part))
-        ann = getattr(field, "annotation", None) if field else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        if current is None:
             return None
-        model = ann
-    return model
+        if isinstance(part, int):  # an item of the list field just entered
+            continue
+        field = current.model_fields.get(str(part))
+        current = _submodel(field.annotation) if field else None
+    return current
 
 
-def parse(data: Any, source: str = "<topology>") -> Topology:
-    """Validate already-loaded YAML data; raise SpecError naming the first bad field."""
+def _submodel(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    return next((m for m in map(_submodel, typing.get_args(ann)) if m), None)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], data: Any, source: str, fields_hint: str | None = None) -> M:
+    """Validate loaded YAML data against `model`; SpecError naming the first bad field."""
     if not isinstance(data, dict):
-        raise SpecError(source, "(top level)", "must be a mapping of fields (name, spines, leaves, ...)")
+        hint = fields_hint or ", ".join(list(model.model_fields)[:3])
+        raise SpecError(source, "(top level)", f"must be a mapping of fields ({hint}, ...)")
     try:
-        return Topology.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         errors = sorted(e.errors(), key=lambda x: [str(p) for p in x["loc"]])
-        field, problem = _describe(errors[0], Topology)
+        field, problem = _describe(errors[0], model)
         raise SpecError(source, field, problem) from None
 
 
-def load(path: str | Path) -> Topology:
+def parse(data: Any, source: str = "<topology>") -> Topology:
+    """Validate already-loaded topology data (a dict: no line numbers in errors)."""
+    return validate(Topology, data, source, "name, spines, leaves")
+
+
+# -- the YAML boundary: every file a user writes comes in here ---------------
+
+def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
+    """A YAML file's data and its node tree (which knows the line of every value)."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as e:
-        raise SpecError(str(p), "(file)", f"cannot read: {e.strerror}") from None
+        raise SpecError(str(p), "(file)", f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SpecError(str(p), "(file)", "is not UTF-8 text") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(file)"
         raise SpecError(str(p), where, f"invalid YAML: {getattr(e, 'problem', e)}") from None
-    return parse(data, str(p))
+
+
+def line_of(node: yaml.Node | None, field: str) -> int | None:
+    """The 1-based line of dotted `field` (e.g. flows.2.size) in a YAML node tree: of the
+    deepest part that exists, so an unknown key points at the mapping that holds it."""
+    line = None
+    for part in field.split("."):
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+        else:
+            node = None
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def located(err: SpecError, node: yaml.Node | None) -> SpecError:
+    """The same error with the line of its field in the file."""
+    line = line_of(node, err.field) if err.line is None else err.line
+    return SpecError(err.source, err.field, err.problem, line)
+
+
+def load_model(path: str | Path, model: type[M], fields_hint: str | None = None) -> M:
+    """Read and validate a YAML file (topology, experiment): errors name the file, the
+    line and the field, in one line; nothing downstream sees an unvalidated value."""
+    data, node = read_yaml(path)
+    try:
+        return validate(model, data, str(path), fields_hint)
+    except SpecError as e:
+        raise located(e, node) from None
+
+
+def load(path: str | Path) -> Topology:
+    return load_model(path, Topology, "name, spines, leaves")

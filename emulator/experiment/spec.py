@@ -5,18 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..errors import SpecError
 from ..roce.dcqcn import CHOICES
-from ..spec import _describe
+from ..spec import Strict, load_model, located, read_yaml
 from ..units import parse_duration, parse_size, speed_or_zero
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 Duration = Annotated[str | float, Field(description="A duration: 500ms, 2s, 1m or seconds.")]
 
@@ -45,7 +39,7 @@ class Flow(Strict):
         "results give each one's start and duration")
 
     @model_validator(mode="after")
-    def _one_size(self) -> "Flow":
+    def _one_size(self) -> Flow:
         if (self.size is None) == (self.kv is None):
             raise ValueError("give exactly one of size or kv")
         if self.size is not None:
@@ -93,7 +87,7 @@ class Action(Strict):
         return {who: v[who], flag: value}
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "Action":
+    def _one_kind(self) -> Action:
         kinds = [k for k in ("ecn", "drain", "dcqcn", "fault") if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError("give exactly one of ecn, drain, dcqcn, fault")
@@ -139,19 +133,8 @@ class Experiment(Strict):
 
 def load(path: str | Path) -> tuple[Experiment, Path]:
     """The experiment and the resolved topology path."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise SpecError(str(p), "(file)", f"cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise SpecError(str(p), "(file)", f"invalid YAML: {e}") from None
-    try:
-        exp = Experiment.model_validate(data)
-    except ValidationError as e:
-        field, problem = _describe(e.errors()[0], Experiment)
-        raise SpecError(str(p), field, problem) from None
-    topo = (p.parent / exp.topology).resolve()
+    exp = load_model(path, Experiment, "name, topology, flows")
+    topo = (Path(path).parent / exp.topology).resolve()
     if not topo.exists():
-        raise SpecError(str(p), "topology", f"no such file {topo}")
+        raise located(SpecError(str(path), "topology", f"no such file {topo}"), read_yaml(path)[1])
     return exp, topo

@@ -51,3 +51,36 @@ def test_missing_file(tmp_path):
 def test_name_override_is_validated(tmp_path):
     with pytest.raises(SpecError, match="name: must be"):
         load_topology("topologies/clos-2x4.yaml", name="Bad_Name")
+
+
+def test_file_errors_name_the_line_of_the_field(tmp_path):
+    bad = tmp_path / "t.yaml"
+    bad.write_text("name: t\nspines: 2\nlinks:\n  speed: fast\nhosts:\n  roles:\n    leaf9: prefill\n")
+    with pytest.raises(SpecError) as err:
+        load_topology(bad)
+    assert str(err.value) == (f"{bad}: line 4: links.speed: must be a rate like 100G, 400G "
+                              f"or 25000M (got \"fast\")")
+    bad.write_text(bad.read_text().replace("fast", "100G"))  # now the plan's check fails
+    with pytest.raises(SpecError, match=rf"^{bad}: line 7: hosts.roles.leaf9: no such leaf"):
+        load_topology(bad)
+
+
+def test_experiment_files_share_the_strict_boundary(tmp_path):
+    from emulator.experiment.spec import load as load_experiment
+
+    topo = Path("topologies/clos-2x4.yaml").resolve()
+    exp = tmp_path / "e.yaml"
+    flow = "  - name: a\n    src: prefill1\n    dst: decode1\n    size: 1MiB\n"
+    exp.write_text(f"name: e\ntopology: {topo}\nflows:\n{flow}{flow}    qps: '2'\n")
+    with pytest.raises(SpecError) as err:  # strict: a quoted number is not a number
+        load_experiment(exp)
+    assert str(err.value).startswith(f"{exp}: line 12: flows.1.qps: input should be a valid integer")
+    exp.write_text(f"name: e\ntopology: {topo}\nflows:\n{flow}    sise: 1MiB\n")
+    with pytest.raises(SpecError, match=r"line 8: flows.0.sise: unknown field; allowed: name, src, dst"):
+        load_experiment(exp)
+    exp.write_text(f"name: e\ntopology: nope.yaml\nflows:\n{flow}")
+    with pytest.raises(SpecError, match=r"line 2: topology: no such file"):
+        load_experiment(exp)
+    exp.write_text("- just\n- a list\n")
+    with pytest.raises(SpecError, match=r"\(top level\): must be a mapping of fields \(name, topology"):
+        load_experiment(exp)
