@@ -16,11 +16,11 @@ from typing import Any
 
 from .. import forwarding, netns
 from ..errors import EngineError
-from ..state import base_env
 from ..paths import node_run_dir
 from ..plan import Node, Plan
+from ..state import base_env
 from .config import for_host
-from .job import Job, Op
+from .job import Job, Op, TransferResult
 from .wire import Channel
 
 START_TIMEOUT_S = 15.0
@@ -79,7 +79,7 @@ def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
 
 
 def transfer(plan: Plan, src: Node, dst: Node, job: Job,
-             progress: Progress | None = None) -> dict[str, Any]:
+             progress: Progress | None = None) -> TransferResult:
     """Move job's bytes from src (prefill) to dst (decode); returns the result dict.
 
     WRITE: src's engine pushes. READ: dst's engine pulls (NIXL style).
@@ -98,7 +98,7 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
                 raise EngineError(f"{initiator.name}: {msg['error']}")
     for qp in msg["qps"]:
         qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"])
-    return msg | {"src": src.name, "dst": dst.name}
+    return TransferResult(**msg, src=src.name, dst=dst.name)
 
 
 def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import hashlib
 import random
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import RocelabError
 from .kv import KvLayout, Segment, model
@@ -22,6 +22,48 @@ MAX_MESSAGE = 1 << 20  # a contiguous transfer is posted as 1 MiB WRITE/READ mes
 CONTROL_PORT = 18515  # perftest's default port, for the QPN/PSN/rkey/VA exchange
 DEFAULT_MTU = 4096
 ROCE_DSCP = 26  # RoCE data on DSCP 26 / TC 3 by default
+
+
+class QpResult(TypedDict, total=False):
+    """One queue pair of a transfer: its numbers, the path it hashed onto, its counters
+    (every key of `Counters` summed over both ends)."""
+
+    qpn: int
+    remote_qpn: int
+    udp_sport: int
+    spine: str  # the uplink the source leaf chose for this QP's five-tuple
+    retransmitted_packets: int
+    timeouts: int
+    cnps_rx: int
+
+
+class TransferResult(TypedDict, total=False):
+    """What one transfer returns (`rocelab transfer --json`, `engine.client.transfer`);
+    documented key by key in docs/roce.md. Counters are summed over both ends."""
+
+    op: str  # "write" | "read"
+    src: str
+    dst: str
+    bytes: int
+    duration_s: float  # data phase, wall
+    setup_s: float  # QP exchange
+    handoff_s: float  # setup + data
+    goodput_gbps: float
+    messages: int
+    integrity_ok: bool  # both ends' sha256 of the payload agree
+    digest: str
+    interruption_s: float  # longest gap in in-order delivery on the receiving QPs
+    retransmitted_packets: int
+    naks_rx: int
+    naks_tx: int
+    timeouts: int
+    bad_icrc: int
+    access_errors: int
+    duplicates: int
+    packets_sent: int
+    cnps_rx: int
+    cnps_tx: int
+    qps: list[QpResult]
 
 
 class Op(str, Enum):

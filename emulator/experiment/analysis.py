@@ -8,9 +8,9 @@ series recorded from real runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ..congestion.model import ROCE_TC
 from ..plan import Plan
@@ -109,6 +109,49 @@ def bottleneck(ports: Sequence[dict], t0: float, t1: float, rate_bps: float,
     return best[1] if best else None
 
 
+class FlowSummary(TypedDict, total=False):
+    """One flow in results.json (durations in wall seconds since the run's start)."""
+
+    name: str
+    src: str
+    dst: str
+    op: str
+    bytes: int
+    start_s: float
+    end_s: float | None  # None unless every transfer completed
+    fct_s: float | None
+    fct_real_s: float | None  # fct_s / D
+    goodput_bps: float | None
+    integrity_ok: bool
+    error: str | None
+    retransmitted_packets: int
+    timeouts: int
+    naks_rx: int
+    cnps_rx: int
+    cnps_tx: int
+    spines: list[str]
+    rate_series: list[tuple[float, float]]  # (t, bit/s)
+    handoffs: list[list[float]]  # repeated flows: [start, duration] of each transfer
+
+
+class Results(TypedDict):
+    """results.json of `rocelab run`: the top level (docs/congestion.md lists every key)."""
+
+    experiment: str
+    lab: str
+    dilation: float  # D; real-equivalent time = wall / D
+    link_rate_bps: int | None  # the shaped rate; None on an unshaped lab
+    declared_speed_bps: int  # the topology's link speed
+    flows: list[FlowSummary]
+    ports: list[dict[str, Any]]  # sampled (node, port, TC) series
+    events: list[dict[str, Any]]  # timeline actions as done (faults: their events)
+    steady: dict[str, Any]  # from_s, to_s, rates_bps, jain, bottleneck
+    pfc: dict[str, Any]  # pauses, reaction_us_p50/p99, paused_s
+    phases: dict[str, dict[str, Any]]
+    lossless_drops: int | None
+    integrity_ok: bool
+
+
 @dataclass(frozen=True)
 class FlowRecord:
     """What a run recorded of one flow; times in wall seconds since the run's start."""
@@ -134,7 +177,7 @@ class FlowRecord:
 
 def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[dict],
               events: list[dict], pfc0: dict, pfc1: dict,
-              lossless_drops: int | None) -> dict[str, Any]:
+              lossless_drops: int | None) -> Results:
     """results.json's content from a run's recordings (see docs/congestion.md for its keys)."""
     cp = plan.congestion
     flow_out = [flow_summary(f, plan.dilation) for f in flows]
@@ -169,7 +212,7 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
     }
 
 
-def phase(members: list[str], flows: list[dict[str, Any]], series: dict[str, Series],
+def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str, Series],
           ports: list[dict]) -> dict[str, Any]:
     """A window from the first start to the last end of `members`: every flow's mean rate
     while it ran inside the window, and the pause frames sent in it."""
@@ -198,20 +241,23 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(percentile(values, q), 1) if values else None
 
 
-def flow_summary(f: FlowRecord, dilation: Dilation) -> dict[str, Any]:
+def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
     """One flow's entry in results.json."""
     r = f.result or {}
     fct = f.fct_s
-    return {
+    out: FlowSummary = {
         "name": f.name, "src": f.src, "dst": f.dst, "op": f.op,
         "bytes": f.bytes, "start_s": round(f.start_s, 4),
         "end_s": round(f.end_s, 4) if fct is not None and f.end_s is not None else None,
-        "fct_s": fct, "fct_real_s": dilation.real(fct) if fct else None,
+        "fct_s": fct, "fct_real_s": dilation.real_s(fct) if fct else None,
         "goodput_bps": f.bytes * 8 / fct if fct else None,
         "integrity_ok": bool(r.get("integrity_ok")), "error": f.error,
-        **{k: r.get(k, 0) for k in COUNTERS},
-        "spines": sorted({q.get("spine") for q in r.get("qps", []) if q.get("spine")}),
+        "retransmitted_packets": r.get("retransmitted_packets", 0),  # COUNTERS, in order
+        "timeouts": r.get("timeouts", 0), "naks_rx": r.get("naks_rx", 0),
+        "cnps_rx": r.get("cnps_rx", 0), "cnps_tx": r.get("cnps_tx", 0),
+        "spines": sorted({q["spine"] for q in r.get("qps", []) if q.get("spine")}),
         "rate_series": rates(f.series),
-        **({"handoffs": [[round(a, 4), round(d, 4)] for a, d in f.handoffs]}
-           if f.repeat > 1 else {}),
     }
+    if f.repeat > 1:
+        out["handoffs"] = [[round(a, 4), round(d, 4)] for a, d in f.handoffs]
+    return out

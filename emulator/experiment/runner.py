@@ -30,7 +30,7 @@ SETTLE_MIN_S = 2.0  # after the last fault event, even when the run used up its 
 
 def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
     kv = flow.kv.model_dump() if flow.kv else None
-    rate = dilation.wall_rate(parse_speed(flow.rate)) if flow.rate else 0.0
+    rate = dilation.wall_bps(parse_speed(flow.rate)) if flow.rate else 0.0
     return Job(Op(flow.op), size=parse_size(flow.size) if flow.size else 0, kv=kv, qps=flow.qps,
                timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1}, rate_bps=rate)
 
@@ -102,7 +102,7 @@ class FlowRun(threading.Thread):
 
 
 def run(path: str | Path, keep: bool = False, name: str | None = None,
-        progress: Progress = lambda m: None) -> tuple[dict[str, Any], Plan]:
+        progress: Progress = lambda m: None) -> tuple[analysis.Results, Plan]:
     """Run an experiment file; return its results (results.json's content) and the lab's plan.
 
     Brings the lab up first unless it is running (and down again after, unless `keep`).

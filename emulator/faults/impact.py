@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any
 
 from .. import forwarding
 from ..engine import client
@@ -111,7 +111,7 @@ class Flows:
         return max(spines, key=lambda s: sum(by_spine[s] for by_spine in sent.values()))
 
 
-Action = Union[dict[str, Any], Callable[[Flows], dict[str, Any]]]
+Action = dict[str, Any] | Callable[[Flows], dict[str, Any]]
 
 
 def heal_action(action: dict[str, Any]) -> dict[str, Any]:

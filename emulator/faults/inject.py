@@ -17,12 +17,24 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import effects as fx
-from .model import (Effect, EffectKind, Fault, FaultError, FaultKind, after_state, effects_of,
-                          link_fault, node_fault)
 from ..paths import lab_run_dir
 from ..plan import Plan
 from ..units import UnitError, parse_duration
+from . import effects as fx
+from .model import (
+    Effect,
+    EffectKind,
+    Fault,
+    FaultError,
+    FaultEvent,
+    FaultKind,
+    FlapEvent,
+    HealEvent,
+    after_state,
+    effects_of,
+    link_fault,
+    node_fault,
+)
 
 # -- records ---------------------------------------------------------------
 
@@ -89,7 +101,7 @@ def _stamp() -> dict[str, Any]:
             + f".{int(t % 1 * 1000):03d}Z", "monotonic": round(time.monotonic(), 6)}
 
 
-def fail(plan: Plan, fault: Fault) -> dict[str, Any]:
+def fail(plan: Plan, fault: Fault) -> FaultEvent:
     """Inject a fault; return its event (timestamps, effects, what routing should become)."""
     with _records(plan.lab) as doc:
         live = _live(plan, doc, set(fx.scan(plan)))
@@ -102,14 +114,14 @@ def fail(plan: Plan, fault: Fault) -> dict[str, Any]:
         record = fault.to_json() | stamp
         doc["active"] = [r for r in live if r.get("recorded", True)] + [record]
         faults = [Fault.from_json(r) for r in live] + [fault]
-        event = {"action": "fail", **record, "name": fault.name, "inject_s": inject_s,
+        event: FaultEvent = {"action": "fail", **record, "name": fault.name, "inject_s": inject_s,
                  "effects": sorted(map(str, effects_of(plan, fault))),
                  "after": after_state(plan, faults)}
         doc["events"].append(event)
     return event
 
 
-def heal(plan: Plan, target: Fault | None = None) -> dict[str, Any]:
+def heal(plan: Plan, target: Fault | None = None) -> HealEvent:
     """Heal one fault (matched by link ends or node; None: every fault, recorded or not)."""
     with _records(plan.lab) as doc:
         present = set(fx.scan(plan))
@@ -124,7 +136,7 @@ def heal(plan: Plan, target: Fault | None = None) -> dict[str, Any]:
             *(effects_of(plan, Fault.from_json(r)) for r in healed)) - keep
         stamp = _stamp()
         fx.undo(plan, lift, present)
-        event = {"action": "heal", "target": target.name if target else "all", **stamp,
+        event: HealEvent = {"action": "heal", "target": target.name if target else "all", **stamp,
                  "inject_s": round(time.monotonic() - stamp["monotonic"], 6),
                  "healed": healed, "effects": sorted(map(str, lift & present)),
                  "after": after_state(plan, kept)}
@@ -139,7 +151,7 @@ def events(lab: str) -> list[dict[str, Any]]:
 
 
 def flap(plan: Plan, fault: Fault, period_s: float, count: int,
-         stop: threading.Event | None = None) -> dict[str, Any]:
+         stop: threading.Event | None = None) -> FlapEvent:
     """Fail and heal `fault` `count` times: down for the first half of each period.
 
     Blocks for about count x period; setting `stop` ends it early. The link is
@@ -148,7 +160,7 @@ def flap(plan: Plan, fault: Fault, period_s: float, count: int,
     if period_s <= 0 or count < 1:
         raise FaultError(f"flap: period must be > 0 and count >= 1 (got {period_s}, {count})")
     stop = stop or threading.Event()
-    transitions: list[dict[str, Any]] = []
+    transitions: list[FaultEvent | HealEvent] = []
     t0 = time.monotonic()
     try:
         for i in range(count):
@@ -197,7 +209,7 @@ def _parse_action(plan: Plan, action: dict[str, Any]) -> tuple[str, str, Fault |
         raise FaultError(f"{verb} {what}: missing key {e}") from None
 
 
-def apply(plan: Plan, action: dict[str, Any]) -> dict[str, Any]:
+def apply(plan: Plan, action: dict[str, Any]) -> FaultEvent | HealEvent | FlapEvent:
     """Run one action of an experiment file; return its recorded event.
 
     {"fail": "link", "a": "leaf1", "b": "spine2", "silent": false}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from ..errors import RocelabError
 from ..plan import Node, Plan
@@ -65,6 +65,76 @@ class Fault:
         return self.kind is other.kind and {self.a, self.b} == {other.a, other.b}
 
 
+class AfterState(TypedDict):
+    """What routing must converge to once an event is in force."""
+
+    faults: list[str]  # every fault then active, e.g. "link leaf1-spine2 (silent)"
+    cut_links: list[list[str]]  # [a, b] pairs whose routes go
+    failed_nodes: list[str]
+
+
+class Convergence(TypedDict):
+    """How routing followed one event (faults.convergence); times in seconds after it."""
+
+    event: str
+    action: str
+    detect_s: float | None  # first FIB change on any router (None: none)
+    converge_s: float | None  # last change after which every router held the expected FIB
+    settled: bool
+    routers_changed: list[str]
+    leaf_ecmp: dict[str, list[int]]  # leaf -> [min, max] width toward remote hosts
+
+
+class _Stamp(TypedDict):
+    time: float  # wall clock, Unix seconds
+    iso: str  # the same, ISO 8601 UTC with milliseconds
+    monotonic: float  # the clock convergence is measured on
+
+
+class FaultEvent(_Stamp, total=False):
+    """A fail (`rocelab fail --json`, `faults.fail`), as recorded in faults.json."""
+
+    action: str  # "fail"
+    fault: str  # "link" | "node"
+    a: str  # link faults: the ends
+    b: str
+    node: str  # node faults
+    silent: bool
+    name: str  # "link leaf1-spine2", "node spine1"
+    inject_s: float  # how long putting the effects in force took
+    effects: list[str]  # "down leaf1:spine2", "drop spine2:leaf1", ...
+    after: AfterState
+    convergence: Convergence  # added by `fail` unless --no-wait
+
+
+class HealEvent(_Stamp, total=False):
+    """A heal (`rocelab heal --json`, `faults.heal`)."""
+
+    action: str  # "heal"
+    target: str  # "all" or the fault's name
+    inject_s: float
+    healed: list[dict[str, Any]]  # the fault records lifted
+    effects: list[str]
+    after: AfterState
+    convergence: Convergence
+
+
+class FlapEvent(_Stamp, total=False):
+    """A flap (`rocelab fail LAB flap A B`, `faults.flap`): every fail and heal in order."""
+
+    action: str  # "flap"
+    fault: str
+    a: str
+    b: str
+    silent: bool
+    name: str
+    period_s: float
+    count: int
+    cycles: int
+    transitions: list[FaultEvent | HealEvent]
+    convergence: list[Convergence]
+
+
 def link_fault(plan: Plan, a: str, b: str, silent: bool = False) -> Fault:
     """The fault on the link a-b (named leaf first when a is a host)."""
     na, _ = _node(plan, a), _node(plan, b)
@@ -108,7 +178,7 @@ def effects_of(plan: Plan, fault: Fault) -> set[Effect]:
     return out
 
 
-def after_state(plan: Plan, faults: list[Fault]) -> dict[str, Any]:
+def after_state(plan: Plan, faults: list[Fault]) -> AfterState:
     """What routing should converge to: links whose routes go (a silent host
     link keeps its connected route, so it does not count) and failed nodes."""
     cut = set()

@@ -28,7 +28,7 @@ from typing import Any
 from .. import converge, netns
 from ..errors import ConvergeTimeout
 from ..plan import Kind, Plan
-from .model import Fault, links_of
+from .model import Convergence, Fault, links_of
 
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
@@ -176,7 +176,7 @@ def _mismatch(lab: str, state: Widths, expected: Widths, timeout_s: float) -> st
 
 
 def convergence(samples: list[Sample], event: dict[str, Any], plan: Plan,
-                until: float | None = None) -> dict[str, Any]:
+                until: float | None = None) -> Convergence:
     """When, after `event`, the FIB first changed and when it settled on the expected state.
 
     detect_s: first FIB change on any router (None if none); converge_s: the
