@@ -22,12 +22,12 @@ import subprocess
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 
+from ..errors import RocelabError
+from .model import CNP_TC, DEFAULT_TC, ROCE_TC, CongestionPlan
+
 # pyroute2 knows pfifo but not bfifo; both take the same struct tc_fifo_qopt
 # (the limit is in bytes for bfifo), so the pfifo encoder serves for both.
 _tc_plugins.setdefault("bfifo", _tc_plugins["pfifo"])
-
-from ..errors import RocelabError
-from .model import CNP_TC, DEFAULT_TC, ROCE_TC, CongestionPlan
 
 TC_PRIO = {CNP_TC: 0, ROCE_TC: 1, DEFAULT_TC: 2}
 PAUSED_BPS = 8000  # TBF needs a non-zero rate; 8 kbit/s is a stop at these speeds
@@ -79,9 +79,9 @@ def keep_order(netns_name: str, ifnames: list[str]) -> None:
     only to a mount of its own, which `ip netns exec` makes.
     """
     mask = format((1 << min(os.cpu_count() or 1, 32)) - 1, "x")
-    script = "; ".join(f"echo {mask} > /sys/class/net/{i}/queues/rx-0/rps_cpus" for i in ifnames)
-    done = subprocess.run(["ip", "netns", "exec", netns_name, "sh", "-ec", script],
-                          capture_output=True, text=True)
+    paths = [f"/sys/class/net/{i}/queues/rx-0/rps_cpus" for i in ifnames]
+    done = subprocess.run(["ip", "netns", "exec", netns_name, "tee", *paths], input=mask + "\n",
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
         raise RocelabError(f"cannot steer receive on {netns_name}: {done.stderr.strip()}")
 
