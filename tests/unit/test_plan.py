@@ -13,7 +13,7 @@ from emulator.plan import Kind
 from emulator.spec import Addressing
 
 TOPOLOGIES = sorted(Path("topologies").glob("*.yaml"))
-GOLDEN_TOPOLOGIES = ["clos-2x4", "clos-2x4-numbered"]
+GOLDEN_TOPOLOGIES = ["clos-2x4", "clos-2x4-numbered", "clos-2x4-cc", "clos-2x4-bfd"]
 
 
 @pytest.fixture(params=TOPOLOGIES, ids=lambda p: p.stem)
