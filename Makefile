@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rocelab-installed
 TOPOLOGY ?= topologies/clos-2x4.yaml
 
-.PHONY: setup demo test test-quick test-integration bench golden clean down-all
+.PHONY: setup demo lint test test-quick test-integration bench golden clean down-all
 
 setup: $(STAMP)
 	@scripts/setup-system.sh
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml
 demo: setup  ## the main job on the default topology
 	@scripts/demo.sh $(TOPOLOGY)
 
-test: setup  ## unit + integration tests (root)
+lint: setup  ## ruff over the tree, mypy over the pure modules (both configured in pyproject.toml)
+	$(VENV)/bin/ruff check emulator tests
+	$(VENV)/bin/mypy
+
+test: lint  ## lint, then unit + integration tests (root)
 	$(PY) -m pytest tests -m "not slow"
 
 test-quick: setup  ## no-root unit tests only

@@ -280,10 +280,12 @@ def _hosts(topo: Topology, source: str, leaves: list[str]
     blocks = _take(ipaddress.IPv4Network(topo.pools.hosts), 24, len(leaves), source, "pools.hosts")
     roles = _roles(topo, leaves)
     counters = {r: 0 for r in Role}
-    nodes, links, ifs = [], [], {}
+    nodes: list[Node] = []
+    links: list[Link] = []
+    ifs: dict[str, list[Interface]] = {}
     for leaf, block in zip(leaves, blocks):
         ifs[leaf] = []
-        for k, net in enumerate(list(block.subnets(new_prefix=31))[: topo.hosts.per_leaf]):
+        for net in list(block.subnets(new_prefix=31))[: topo.hosts.per_leaf]:
             role = roles[leaf]
             counters[role] += 1
             name = f"{role.value}{counters[role]}"

@@ -21,11 +21,10 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from . import netns
-from .netns import parallel
 from .errors import RealizeError
+from .netns import parallel
 from .paths import NS_TAG_PREFIX
 from .plan import Node, Plan
-
 
 # Set inside each namespace before any veth exists (accept_dad: addresses usable at once).
 COMMON_SYSCTLS = {
@@ -114,7 +113,7 @@ def create_links(plan: Plan) -> None:
 def _configure(plan: Plan, node: Node) -> None:
     # Decoding pyroute2 dumps costs ~0.5 ms per link: address ports by name and
     # resolve indexes with if_nametoindex (an ioctl in this thread's namespace).
-    b_side = {l.b_ifname for l in plan.links if l.b == node.name}
+    b_side = {link.b_ifname for link in plan.links if link.b == node.name}
     with netns.entered(node.netns), IPRoute() as ipr:
         if node.loopback:
             _add_address(ipr, socket.if_nametoindex("lo"), f"{node.loopback}/32")

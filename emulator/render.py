@@ -13,8 +13,8 @@ from pathlib import Path
 
 import jinja2
 
-from .plan import Node, Plan
 from .paths import TEMPLATES_DIR, node_run_dir
+from .plan import Node, Plan
 
 RA_INTERVAL_S = 1  # fast peer discovery for BGP unnumbered; lab links are cheap
 

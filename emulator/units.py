@@ -89,18 +89,18 @@ class Dilation(float):
     than the fabric it emulates. Bandwidth x time = bytes is invariant, so durations
     scale by D and rates by 1/D; sizes do not change. D = 1 on an unshaped lab."""
 
-    def real(self, wall_s: float) -> float:
+    def real_s(self, wall_s: float) -> float:
         """A measured (wall) duration in real-equivalent time."""
         return wall_s / self
 
-    def wall(self, real_s: float) -> float:
+    def wall_s(self, real_s: float) -> float:
         """A protocol timer (real) stretched for the lab."""
         return real_s * self
 
-    def real_rate(self, wall_bps: float) -> float:
+    def real_bps(self, wall_bps: float) -> float:
         """A measured (wall) rate at the real-equivalent link speed."""
         return wall_bps * self
 
-    def wall_rate(self, real_bps: float) -> float:
+    def wall_bps(self, real_bps: float) -> float:
         """A real-equivalent rate as the lab paces it."""
         return real_bps / self

@@ -17,8 +17,8 @@ from typing import Any
 
 from .engine import client
 from .engine.job import Job
-from .experiment.analysis import percentile
 from .errors import RocelabError
+from .experiment.analysis import percentile
 from .plan import Kind, Node, Plan
 from .spec import Role
 

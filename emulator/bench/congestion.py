@@ -67,7 +67,8 @@ def run(repeats: int = 1, log=lambda m: print(m, file=sys.stderr)) -> dict[str, 
                             "p99": storm["pfc"]["reaction_us_p99"], "pauses": storm["pfc"]["pauses"]},
         "dcqcn_incast": {"jain_steady": round(incast["steady"]["jain"], 4),
                          "convergence_wall_s": conv,
-                         "convergence_real_us": None if conv is None else round(plan.dilation.real(conv) * 1e6, 1),
+                         "convergence_real_us": None if conv is None
+                         else round(plan.dilation.real_s(conv) * 1e6, 1),
                          "pauses": incast["pfc"]["pauses"], "lossless_drops": incast["lossless_drops"],
                          # target >= 0.9 of the shaped rate, the queue held under Kmax
                          "bottleneck": incast["steady"]["bottleneck"]},

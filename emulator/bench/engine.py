@@ -294,8 +294,8 @@ def _wait_listening(pid: int, port: int, timeout: float) -> None:
     while time.monotonic() < deadline:
         with contextlib.suppress(FileNotFoundError):
             seen = open(f"/proc/{pid}/net/tcp").read()
-            if any(l.split()[1].endswith(want) and l.split()[3] == "0A"
-                   for l in seen.splitlines()[1:]):
+            if any(row.split()[1].endswith(want) and row.split()[3] == "0A"
+                   for row in seen.splitlines()[1:]):
                 return
         time.sleep(0.01)
     raise EngineError(f"iperf3 server not listening on {port} after {timeout} s: {seen[:200]!r}")

@@ -62,7 +62,7 @@ def router_rss_mb(name: str) -> float:
             continue
         try:
             with open(f"/proc/{pid}/status") as f:
-                total_kb += next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+                total_kb += next(int(row.split()[1]) for row in f if row.startswith("VmRSS:"))
         except (OSError, StopIteration):
             continue
     return round(total_kb / 1024, 1)

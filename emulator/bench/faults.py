@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import lab, workload
-from ..faults import impact
 from ..engine.job import Job, Op
+from ..faults import impact
 from ..plan import Plan
 
 LAB_PREFIX = "bench-f-"

@@ -33,8 +33,7 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import (down, exec_, fail, graph, heal, kv, metrics, render, run, schema, status, top,
-                   transfer, up)
+    from . import down, exec_, fail, graph, heal, kv, metrics, render, run, schema, status, top, transfer, up
 
     for module in (up, down, status, exec_, render, schema, transfer, kv, run, fail, heal,
                    metrics, top, graph):

@@ -7,11 +7,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .. import lab, state, workload
-from .. import report
-from ..report import record
+from .. import lab, report, state, workload
 from ..engine.job import Job, Op
 from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
+from ..report import record
 from .options import engine_options
 from .progress import byte_progress
 
@@ -67,7 +66,8 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
                   f"p99 {a['handoff_p99_s']:.3f} s, max {a['handoff_max_s']:.3f} s", soft_wrap=True)
     console.print(f"retransmitted {a['retransmitted_packets']}, NAKs {a['naks_rx']}, timeouts "
                   f"{a['timeouts']}, bad ICRC drops {a['bad_icrc']}; QPs per spine "
-                  f"{a['qps_per_spine']}; integrity " + ("[green]ok[/]" if a["integrity_ok"] else "[red]FAILED[/]"),
+                  f"{a['qps_per_spine']}; integrity "
+                  + ("[green]ok[/]" if a["integrity_ok"] else "[red]FAILED[/]"),
                   soft_wrap=True)
     if out:
         console.print(f"report: {Path(out) / 'report.html'} (and report.md, plots, results.json)")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable
 
 from rich.console import Console
 
@@ -39,8 +38,7 @@ def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Calla
     if quiet or not err_console.is_terminal:
         yield lambda done, _total, *_: None
         return
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TimeElapsedColumn,
-                               TransferSpeedColumn)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TimeElapsedColumn(), console=err_console) as bar:

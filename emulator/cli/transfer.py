@@ -8,11 +8,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import lab, state, workload
-from .. import report
+from .. import lab, report, state, workload
+from ..engine.job import Job, Op
 from ..report import record
 from ..units import parse_size, speed_or_zero
-from ..engine.job import Job, Op
 from .options import engine_options
 from .progress import byte_progress
 
@@ -59,7 +58,7 @@ def wall_rate(plan, rate: str | None) -> float:
     bps = speed_or_zero(rate)
     if not bps:
         raise click.BadParameter(f"{rate!r} is not a speed like 100G or 25G", param_hint="--rate")
-    return plan.dilation.wall_rate(bps)
+    return plan.dilation.wall_bps(bps)
 
 
 def print_transfer(res: dict) -> None:

@@ -26,8 +26,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from .. import state
-from .. import netns
+from .. import netns, state
 from ..paths import lab_run_dir
 from ..plan import Interface, Node, Plan
 from . import libbpf, qos

@@ -7,9 +7,9 @@ import sys
 import time
 
 from ..errors import RealizeError
-from ..state import base_env
 from ..paths import lab_run_dir
 from ..plan import Plan
+from ..state import base_env
 
 READY_TIMEOUT_S = 60.0
 

@@ -11,7 +11,6 @@ from ..roce.dcqcn import PROFILES, Profile
 from ..units import Dilation
 from .job import ROCE_DSCP
 
-
 RTO_REAL_S = 1e-3  # first retransmission timeout on congestion labs, real-equivalent
 
 
@@ -50,7 +49,7 @@ def for_host(plan: Plan, host: Node) -> EngineConfig:
     # paused queue. 1 ms real-equivalent (4 s wall at D = 4000) -- still far
     # shorter than a RoCE NIC's (4.096 us x 2^timeout, e.g. 67 ms), whose
     # dilated value would make a real loss (a failed link) take minutes.
-    rto = max(1.0, Dilation(cp.dilation).wall(RTO_REAL_S))
+    rto = max(1.0, Dilation(cp.dilation).wall_s(RTO_REAL_S))
     profile = cp.host_dcqcn(host.name)
     # A RoCE NIC does not stop at a small window: its lossless class relies on
     # ECN and PFC, so let each QP keep megabytes in flight (2048 x MTU).

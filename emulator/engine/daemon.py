@@ -28,8 +28,8 @@ from ..roce.rc import QueuePair
 from ..roce.verbs import QpConfig
 from .config import EngineConfig
 from .dataplane import DataPlane, Watch
-from .paced import PacedQueuePair
 from .job import CONTROL_PORT, Job, Op, digest, source_bytes
+from .paced import PacedQueuePair
 from .wire import Channel
 
 log = logging.getLogger("rocelab.engine")
@@ -69,10 +69,10 @@ class Engine:
 
     def new_qps(self, job: Job, local: list[dict[str, int]],
                 remote: list[dict[str, int]]) -> list[PacedQueuePair]:
-        return [PacedQueuePair(self.qp_config(job, l, r, i), self.dp.memory,
+        return [PacedQueuePair(self.qp_config(job, mine, r, i), self.dp.memory,
                                ReactionPoint(self.profile, self.config.line_rate_bps, time.monotonic())
                                if self.profile else None, job.rate_bps / job.qps)
-                for i, (l, r) in enumerate(zip(local, remote))]
+                for i, (mine, r) in enumerate(zip(local, remote))]
 
     def set_profile(self, name: str) -> dict[str, Any]:
         """(data thread) Switch DCQCN for this host's current and future QPs."""

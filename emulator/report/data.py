@@ -17,7 +17,6 @@ from ..congestion.model import CNP_TC
 from ..experiment.analysis import rates
 from ..units import Dilation
 
-
 PLOTS = {  # file -> (title, what it shows)
     "flow_rates.png": ("Per-flow rate", "each flow's sending rate over time"),
     "queue_depth.png": ("Queue depth", "egress queue of the busiest ports over time"),
@@ -71,7 +70,7 @@ class ReportData:
 
     def real(self, wall_s: float | None) -> str:
         """A wall duration in real-equivalent time ("" without time dilation: the same)."""
-        return "" if wall_s is None or self.dilation == 1 else _duration(self.dilation.real(wall_s))
+        return "" if wall_s is None or self.dilation == 1 else _duration(self.dilation.real_s(wall_s))
 
     def link_load(self) -> dict[tuple[str, str], float]:
         """Bytes each (node, port) sent during the run: the kernel's interface counters
@@ -192,7 +191,7 @@ def _times(d: ReportData, label: str, *wall: float) -> Headline:
 
 def _goodput(d: ReportData, label: str, gbps: float) -> Headline:
     return Headline(label, f"{gbps * 1e3:.1f} Mbit/s",
-                    f"{d.dilation.real_rate(gbps):.1f} Gbit/s real-equivalent")
+                    f"{d.dilation.real_bps(gbps):.1f} Gbit/s real-equivalent")
 
 
 def _errors(c: dict[str, Any]) -> Headline:

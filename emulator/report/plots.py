@@ -48,8 +48,8 @@ def _empty(ax: Axes, why: str) -> None:
 def _real_axis(ax: Axes, d: ReportData) -> None:
     """A second time axis on top in real-equivalent milliseconds (wall / D)."""
     if d.dilation > 1:
-        top = ax.secondary_xaxis("top", functions=(lambda t: d.dilation.real(t) * 1e3,
-                                                   lambda r: d.dilation.wall(r / 1e3)))
+        top = ax.secondary_xaxis("top", functions=(lambda t: d.dilation.real_s(t) * 1e3,
+                                                   lambda r: d.dilation.wall_s(r / 1e3)))
         top.set_xlabel("real-equivalent time (ms)", fontsize=9)
 
 
@@ -167,7 +167,7 @@ def _no_pauses(d: ReportData, plan: Plan | None) -> str:
 
 def _pause_row(ax: Axes, row: int, series: list, color: str) -> None:
     spans, start = [], None
-    for (t, count), (t_next, _) in zip(series, series[1:] + [series[-1]]):
+    for t, count in series:
         if count % 2 and start is None:
             start = t
         elif not count % 2 and start is not None:

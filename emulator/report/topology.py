@@ -56,14 +56,14 @@ def utilisation(plan: Plan, load: dict[tuple[str, str], float], duration_s: floa
                 ) -> tuple[dict[Link, float], str]:
     """Per link: busier direction's share of the shaped line rate over the run, or,
     without a shaped rate or duration, its share of the busiest link's bytes."""
-    raw = {l: max(load.get((l.a, l.a_ifname), 0.0), load.get((l.b, l.b_ifname), 0.0))
-           for l in plan.links}
+    raw = {link: max(load.get((link.a, link.a_ifname), 0.0), load.get((link.b, link.b_ifname), 0.0))
+           for link in plan.links}
     cp = plan.congestion
     if cp and duration_s > 0:
-        return {l: b * 8 / (cp.rate_bps * duration_s) for l, b in raw.items()}, \
+        return {link: b * 8 / (cp.rate_bps * duration_s) for link, b in raw.items()}, \
             "link utilisation (busier direction, share of line rate)"
     top = max(raw.values(), default=0.0) or 1.0
-    return {l: b / top for l, b in raw.items()}, "bytes sent, relative to the busiest link"
+    return {link: b / top for link, b in raw.items()}, "bytes sent, relative to the busiest link"
 
 
 def _subtitle(plan: Plan) -> str:
@@ -89,7 +89,7 @@ def _box(ax: Axes, xy: tuple[float, float], text: str, sub: str, colour: str, wi
 
 def _links(ax: Axes, plan: Plan, pos, util: dict[Link, float] | None, norm: Normalize) -> None:
     hottest = sorted(util, key=util.get, reverse=True)[:3] if util else []
-    fabric_lw = 2.2 if sum(1 for l in plan.links if l.fabric) <= 32 else 0.9
+    fabric_lw = 2.2 if sum(1 for link in plan.links if link.fabric) <= 32 else 0.9
     for link in plan.links:
         (x1, y1), (x2, y2) = pos[link.a], pos[link.b]
         u = util.get(link, 0.0) if util else 0.0

@@ -105,7 +105,7 @@ OVERRIDES = {"g": _fraction, "alpha_period": _time, "alpha_init": _fraction,
 
 def parse_overrides(raw: dict[str, object]) -> dict[str, object]:
     """Profile fields from a topology's `dcqcn.overrides`; RocelabError('key: why') if bad."""
-    out = {}
+    out: dict[str, object] = {}
     for key, value in raw.items():
         if key not in OVERRIDES:
             raise RocelabError(f"{key}: not a DCQCN parameter; allowed: {', '.join(OVERRIDES)}")

@@ -17,7 +17,12 @@ from typing import NamedTuple
 
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.headers import (
-    DEFAULT_PKEY, EXT_LENGTH, IPPROTO_UDP, ROCE_UDP_PORT, Ecn, Opcode,
+    DEFAULT_PKEY,
+    EXT_LENGTH,
+    IPPROTO_UDP,
+    ROCE_UDP_PORT,
+    Ecn,
+    Opcode,
 )
 from emulator.roce.icrc import ICRC_SIZE, MASKED_SPAN, PSEUDO_LRH_CRC, crc32
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from emulator.roce.errors import FieldOverflow, MalformedPacket
 

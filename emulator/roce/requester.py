@@ -22,11 +22,20 @@ from emulator.roce.fastpath import Segment
 from emulator.roce.headers import AckKind, Opcode, Syndrome
 from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
 from emulator.roce.verbs import (
-    LAST, MIDDLE, ONLY, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind,
-    packets_for, position,
+    LAST,
+    MIDDLE,
+    ONLY,
+    OPCODES,
+    Completion,
+    QpConfig,
+    QpCounters,
+    WcStatus,
+    WrKind,
+    packets_for,
+    position,
 )
 
-_NAK_STATUS = {
+_NAK_STATUS: dict[int, WcStatus] = {
     Syndrome.NAK_REMOTE_ACCESS_ERROR: WcStatus.REMOTE_ACCESS_ERROR,
     Syndrome.NAK_INVALID_REQUEST: WcStatus.REMOTE_INVALID_REQUEST,
     Syndrome.NAK_REMOTE_OPERATIONAL_ERROR: WcStatus.REMOTE_OPERATIONAL_ERROR,

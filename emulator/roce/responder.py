@@ -22,13 +22,21 @@ from emulator.roce.headers import Opcode, Syndrome
 from emulator.roce.memory import Access, MemoryTable
 from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
 from emulator.roce.verbs import (
-    MIDDLE, OPCODES, Completion, QpConfig, QpCounters, WcStatus, WrKind, packets_for, position,
+    MIDDLE,
+    OPCODES,
+    Completion,
+    QpConfig,
+    QpCounters,
+    WcStatus,
+    WrKind,
+    packets_for,
+    position,
 )
 
-_STARTS = {Opcode.WRITE_FIRST: WrKind.WRITE, Opcode.WRITE_ONLY: WrKind.WRITE,
+_STARTS: dict[int, WrKind] = {Opcode.WRITE_FIRST: WrKind.WRITE, Opcode.WRITE_ONLY: WrKind.WRITE,
            Opcode.SEND_FIRST: WrKind.SEND, Opcode.SEND_ONLY: WrKind.SEND,
            Opcode.READ_REQUEST: WrKind.READ}
-_CONTINUES = {Opcode.WRITE_MIDDLE: WrKind.WRITE, Opcode.WRITE_LAST: WrKind.WRITE,
+_CONTINUES: dict[int, WrKind] = {Opcode.WRITE_MIDDLE: WrKind.WRITE, Opcode.WRITE_LAST: WrKind.WRITE,
               Opcode.SEND_MIDDLE: WrKind.SEND, Opcode.SEND_LAST: WrKind.SEND}
 _ENDS = {Opcode.WRITE_ONLY, Opcode.WRITE_LAST, Opcode.SEND_ONLY, Opcode.SEND_LAST}
 _READ_OPS = OPCODES[WrKind.READ]
@@ -111,7 +119,7 @@ class Responder:
         if ackreq or self._unacked >= self.cfg.ack_every:
             self._queue_ack()
 
-    def _place_middle(self, msg: _Inbound, payload: memoryview) -> bool:
+    def _place_middle(self, msg: _Inbound, payload: bytes | memoryview) -> bool:
         """The hot path: a full-MTU WRITE MIDDLE continuing `msg`, placed.
         False (nothing done) if it needs the full checks of `_place`."""
         n, done = len(payload), msg.done

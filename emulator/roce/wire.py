@@ -18,8 +18,17 @@ from dataclasses import dataclass
 
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.headers import (
-    ETHERTYPE_IPV4, EXT_HEADER, IPPROTO_UDP, ROCE_UDP_PORT, Bth, Ethernet,
-    ExtHeader, IPv4, Opcode, Udp, ipv4_checksum,
+    ETHERTYPE_IPV4,
+    EXT_HEADER,
+    IPPROTO_UDP,
+    ROCE_UDP_PORT,
+    Bth,
+    Ethernet,
+    ExtHeader,
+    IPv4,
+    Opcode,
+    Udp,
+    ipv4_checksum,
 )
 from emulator.roce.icrc import ICRC_SIZE, IPV4_HEADER, UDP_HEADER, icrc
 

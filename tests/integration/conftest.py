@@ -51,8 +51,8 @@ def _ip_json(*args: str):
 
 def root_snapshot() -> dict:
     """What a lab must never change in the root namespace."""
-    links = [{k: l.get(k) for k in ("ifname", "flags", "mtu", "address", "link_type", "master")}
-             for l in _ip_json("link", "show")]
+    links = [{k: link.get(k) for k in ("ifname", "flags", "mtu", "address", "link_type", "master")}
+             for link in _ip_json("link", "show")]
     addrs = [{"ifname": a["ifname"], "addr": sorted(f"{i['local']}/{i['prefixlen']}"
               for i in a.get("addr_info", []))} for a in _ip_json("addr", "show")]
     sysctls = {k: Path(f"/proc/sys/{k}").read_text().strip() for k in SYSCTLS}

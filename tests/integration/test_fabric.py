@@ -91,7 +91,7 @@ def test_bfd_topology_runs_bfdd_with_every_session_up():
         assert lab.status()["converged"]
         for node in lab.plan.routers:
             want = sum(1 for i in node.interfaces if i.fabric)
-            def up_peers():
+            def up_peers(node=node, want=want):
                 peers = vtysh_json(lab.name, node.name, "show bfd peers json", daemon="bfdd")
                 up = [p for p in peers if p.get("status") == "up"]
                 return up if len(up) == want else None

@@ -15,9 +15,9 @@ import time
 import pytest
 
 from emulator import converge, faults, workload
+from emulator.engine.job import Job, Op
 from emulator.faults import effects as fault_effects
 from emulator.faults import impact
-from emulator.engine.job import Job, Op
 from emulator.paths import lab_run_dir
 
 from .conftest import PREFIX, cli, leftovers, make_lab, poll

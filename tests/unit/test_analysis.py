@@ -1,7 +1,6 @@
 import pytest
 
-from emulator.experiment.analysis import (bottleneck, bytes_between, convergence_time, jain,
-                                          mean_rate, rates)
+from emulator.experiment.analysis import bottleneck, bytes_between, convergence_time, jain, mean_rate, rates
 
 
 def test_jain():

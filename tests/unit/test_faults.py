@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 
 from emulator import converge, faults
-from emulator.faults import impact, inject
-from emulator.faults import recovery
+from emulator.faults import Fault, FaultError, FaultKind, impact, inject, recovery
 from emulator.faults.effects import _drop_ruleset
 from emulator.faults.model import Effect, EffectKind
-from emulator.faults import Fault, FaultError, FaultKind
 from emulator.lab import load_topology
 from emulator.units import parse_duration
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.errors import RocelabError
 from emulator.engine.kv import MODELS, KvLayout, model
+from emulator.errors import RocelabError
 
 
 def test_llama3_70b_is_320_kib_per_token_fp16_and_160_fp8():

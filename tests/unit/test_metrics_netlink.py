@@ -44,7 +44,7 @@ def test_links_match_pyroute2(node):
     data = _raw("interface")[node]
     ours = netlink.parse_links(data)
     ref = _pyroute2(data, ifinfmsg, 16)
-    assert [l.name for l in ours] == [m.get_attr("IFLA_IFNAME") for m in ref]
+    assert [link.name for link in ours] == [m.get_attr("IFLA_IFNAME") for m in ref]
     for link, msg in zip(ours, ref):
         stats = msg.get_attr("IFLA_STATS64")
         assert link.index == msg["index"]

@@ -67,10 +67,10 @@ def test_render_flags_sessions_down_and_failed_collectors(scrapes):
     broken = copy.deepcopy(cur)
     for fam in broken.families:
         if fam.name in ("rocelab_bgp_session_up", "rocelab_bgp_sessions_established"):
-            fam.samples = [(l, 0.0 if l.get("node") == "leaf1" and l.get("port", "spine2") == "spine2"
-                            else v) for l, v in fam.samples]
+            fam.samples = [(lb, 0.0 if lb.get("node") == "leaf1" and lb.get("port", "spine2") == "spine2"
+                            else v) for lb, v in fam.samples]
         if fam.name == "rocelab_scrape_collector_success":
-            fam.samples = [(l, 0.0 if l["collector"] == "engine" else v) for l, v in fam.samples]
+            fam.samples = [(lb, 0.0 if lb["collector"] == "engine" else v) for lb, v in fam.samples]
     v = top.view(plan, prev, broken)
     assert v.down == ["leaf1:spine2"] and v.failed == ["engine"]
     out = text(top.render(v), width=160)

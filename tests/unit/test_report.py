@@ -125,7 +125,7 @@ def test_topology_colours_the_hottest_links(plan):
     from emulator.report.topology import utilisation
     load = {("leaf3", "decode1"): 50e6, ("spine1", "leaf3"): 25e6}
     util, what = utilisation(plan, load, duration_s=8.0)
-    by_name = {(l.a, l.b): u for l, u in util.items()}
+    by_name = {(link.a, link.b): u for link, u in util.items()}
     assert by_name[("leaf3", "decode1")] == pytest.approx(0.5)  # 400 Mbit over 8 s at 100 Mbit/s
     assert by_name[("leaf3", "spine1")] == pytest.approx(0.25)
     assert "share of line rate" in what

@@ -37,7 +37,7 @@ class Collector(Source):
     def parse(raw: dict[str, bytes], plan: Plan) -> list[Family]:
         fams = Families(plan.lab)
         for node in plan.nodes:
-            links = {l.name: l for l in netlink.parse_links(raw.get(node.name, b""))}
+            links = {link.name: link for link in netlink.parse_links(raw.get(node.name, b""))}
             for port in node.interfaces:
                 link = links.get(port.name)
                 if link is None:

@@ -55,7 +55,7 @@ class Collector(Source):
         """ifindex -> name, dumped again only when the devices changed (every device has a qdisc)."""
         names = self._ifnames.get(node)
         if names is None or set(names) != netlink.tc_indexes(qdiscs):
-            names = {l.index: l.name for l in netlink.parse_links(netlink.dump_links(sock))}
+            names = {link.index: link.name for link in netlink.parse_links(netlink.dump_links(sock))}
             self._ifnames[node] = names
         return names
 

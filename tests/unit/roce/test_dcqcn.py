@@ -6,13 +6,13 @@ import random
 from dataclasses import replace
 
 import pytest
+from roce_sim import make_pair, run
 
 from emulator.engine.config import EngineConfig, for_host
 from emulator.engine.paced import PacedQueuePair
 from emulator.plan import compile_plan
 from emulator.roce.dcqcn import PROFILES, NotificationPoint, Profile, ReactionPoint
 from emulator.spec import load, parse
-from roce_sim import make_pair, run
 
 # A profile with round numbers so every step can be computed by hand.
 P = Profile("test", g=0.5, alpha_period=1.0, alpha_init=1.0, reduce_period=0.0,

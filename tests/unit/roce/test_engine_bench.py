@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from emulator.bench.engine import TARGET_RATIO, iperf3_figures, _summary
+from emulator.bench.engine import TARGET_RATIO, _summary, iperf3_figures
 
 # Trimmed from a real `iperf3 -s -1 --json` / `iperf3 -c -u -b 0 -l 1024 --json` pair
 # (iperf 3.12) on the benchmark's veth: the server's "sum" counts 0 bytes for UDP,

@@ -7,6 +7,7 @@ import mmap
 import random
 
 import pytest
+from roce_sim import Side, make_pair, run
 
 from emulator.errors import EngineError
 from emulator.roce.errors import AccessError, QpStateError
@@ -17,7 +18,6 @@ from emulator.roce.psn import psn_add, psn_diff
 from emulator.roce.rc import QueuePair
 from emulator.roce.requester import MAX_QUEUED_PSNS
 from emulator.roce.verbs import QpConfig, QpState, WcStatus, WrKind
-from roce_sim import Side, make_pair, run
 
 
 def sha(data: bytes | bytearray) -> str:

@@ -11,7 +11,16 @@ import pytest
 from emulator.roce.errors import FieldOverflow
 from emulator.roce.fastpath import FrameBuilder, Segment, parse
 from emulator.roce.headers import (
-    EXT_HEADER, Aeth, Bth, CnpReserved, Ethernet, IPv4, Opcode, Reth, Syndrome, Udp,
+    EXT_HEADER,
+    Aeth,
+    Bth,
+    CnpReserved,
+    Ethernet,
+    IPv4,
+    Opcode,
+    Reth,
+    Syndrome,
+    Udp,
     udp_source_port,
 )
 from emulator.roce.icrc import check_icrc, icrc
