@@ -46,6 +46,26 @@ def test_incast_keeps_the_bottleneck_busy_with_a_queue_held_by_ecn(incast):
     assert incast["pfc"]["pauses"] <= 10, incast["pfc"]  # few or no pauses
 
 
+@pytest.mark.parametrize("via", ["spine1", "spine2"])
+def test_a_pinned_flow_takes_its_spine_on_the_wire(cc, via):
+    """`via` picks UDP source ports by `ip route get`; the bytes must really leave leaf1
+    on that uplink. (RPS on shaped ports once made forwarding use its own flow hash, so
+    every pinned flow took whichever spine that hash chose.)"""
+    from emulator import forwarding
+    from emulator.engine import client
+    from emulator.engine.job import Job, Op
+
+    src, dst, leaf = (cc.plan.node(n) for n in ("prefill1", "decode1", "leaf1"))
+    client.ensure_engines(cc.plan, [src, dst])
+    sports = forwarding.sports_via(cc.plan, src, dst, via, 2)
+    before = forwarding.port_counters(leaf)
+    res = client.transfer(cc.plan, src, dst, Job(Op.WRITE, size=4 << 20, qps=2, udp_sports=sports))
+    after = forwarding.port_counters(leaf)
+    sent = {s: after[s]["tx_bytes"] - before[s]["tx_bytes"] for s in ("spine1", "spine2")}
+    other = "spine2" if via == "spine1" else "spine1"
+    assert res["integrity_ok"] and sent[via] > 4 << 20 and sent[other] < 64 << 10, sent
+
+
 def _pauses_after(r: dict, t: float) -> dict[str, int]:
     """Pause frames each port sent after time t (from the sampled series)."""
     out = {}
@@ -72,6 +92,9 @@ def test_dcqcn_off_on_one_switch_pauses_spread_and_hurt_a_victim(cc, incast, tmp
     flows = {f["name"]: f for f in r["flows"]}
     assert all(f["spines"] == ["spine1" if f["name"].endswith(("p1", "p3")) else "spine2"]
                for f in r["flows"]), [(f["name"], f["spines"]) for f in r["flows"]]  # `via` held
+    uplink = {(p["node"], p["port"]): p["tx_bytes"] for p in r["ports"] if p["tc"] == 3}
+    for leaf in ("leaf1", "leaf2"):  # ... on the wire too: p1/p3 by spine1, p2/p4 by spine2
+        assert min(uplink.get((leaf, "spine1"), 0), uplink.get((leaf, "spine2"), 0)) >= 2 * 24 << 20, uplink
     # Head-of-line blocking: the victim (decode3 -> decode2, handoffs at <= 160G) shares
     # spine2 -> leaf3, which leaf3 paused, but not the congested port; its own port
     # (leaf3 -> decode2) never filled, yet its throughput fell to 41-59 % of phase A

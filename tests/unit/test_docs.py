@@ -37,3 +37,21 @@ def test_every_command_is_in_the_cli_reference():
 def test_readme_has_the_two_commands():
     readme = Path("README.md").read_text()
     assert "make demo" in readme and "make test" in readme
+
+
+def test_every_source_path_the_docs_name_exists():
+    import re
+
+    named = {m for doc in [*Path("docs").glob("*.md"), Path("README.md")]
+             for m in re.findall(r"`(emulator/[\w/]+(?:\.py)?)`", doc.read_text())}
+    missing = sorted(p for p in named if not Path(p).exists())
+    assert named and not missing, f"docs name paths that do not exist: {missing}"
+
+
+def test_the_architecture_page_places_every_module():
+    doc = Path("docs/architecture.md").read_text()
+    top = [p for p in Path("emulator").iterdir()
+           if (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))
+           or (p.is_dir() and (p / "__init__.py").exists())]
+    missing = [p.name for p in top if f"emulator/{p.name}" not in doc]
+    assert not missing, f"docs/architecture.md does not place {missing}"

@@ -228,6 +228,13 @@ int fabric_ingress(struct __sk_buff *skb) {
         }
     }
     skb->tc_index = c->is_switch ? (TC_INDEX_VALID | (port & 0x0fff)) : 0;
+    // RPS (on every port of a shaped lab, for in-order receive) hashed this frame with the
+    // boot's random key and marked it an L4 hash; forwarding would then take the ECMP next
+    // hop from that hash instead of computing the FIB's own (fib_multipath_hash_seed), and
+    // `ip route get ... sport S` (how flows are pinned to a spine) would not predict the
+    // path. Drop the hash: the FIB recomputes it from the five-tuple.
+    if (c->is_switch)
+        bpf_set_hash_invalid(skb);
     return TC_ACT_UNSPEC;
 }
 
