@@ -1,6 +1,17 @@
+import json
+from pathlib import Path
+
 import pytest
 
-from emulator.experiment.analysis import bottleneck, bytes_between, convergence_time, jain, mean_rate, rates
+from emulator.experiment.analysis import (
+    COUNTERS,
+    bottleneck,
+    bytes_between,
+    convergence_time,
+    jain,
+    mean_rate,
+    rates,
+)
 
 
 def test_jain():
@@ -57,3 +68,54 @@ def test_a_phase_spans_its_flows_and_rates_each_flow_while_it_ran():
     assert ph["handoffs"].keys() == {"victim"}  # only repeated flows have handoffs
     assert (ph["handoffs"]["victim"]["count"], ph["handoffs"]["victim"]["max_s"]) == (2, 1.0)
     assert ph["pauses"] == 18  # 2 at t=1 -> 20 at t=5 (interpolated between samples)
+
+
+# A real incast run (clos-2x4-cc, D = 4000): what the runner recorded and what it wrote.
+# Recorded by feeding `rocelab run experiments/incast.yaml` through analysis.summarize;
+# the ports are trimmed to the RoCE class around leaf3 (where the bottleneck is).
+RECORDED = Path(__file__).parent / "fixtures" / "experiment"
+
+
+def _recorded_incast():
+    from emulator.experiment.analysis import FlowRecord, summarize
+    from emulator.experiment.spec import load
+    from emulator.lab import load_topology
+
+    rec = json.loads((RECORDED / "incast-recorded.json").read_text())
+    exp, _ = load(rec["experiment"])
+    plan = load_topology(rec["topology"])[1]
+    flows = [FlowRecord(**f | {"series": [tuple(x) for x in f["series"]],
+                               "handoffs": [tuple(x) for x in f["handoffs"]]}) for f in rec["flows"]]
+    out = summarize(exp, plan, flows, rec["ports"], rec["events"], rec["pfc0"], rec["pfc1"],
+                    rec["lossless_drops"])
+    return json.loads(json.dumps(out)), json.loads((RECORDED / "incast-results.json").read_text())
+
+
+def test_summary_of_a_recorded_incast_is_what_the_run_wrote():
+    got, wrote = _recorded_incast()
+    for key in wrote:
+        assert got[key] == wrote[key], key
+
+
+def test_recorded_incast_is_fair_busy_and_lossless():
+    got, _ = _recorded_incast()
+    s = got["steady"]
+    assert s["jain"] >= 0.99 and set(s["rates_bps"]) == {"p1", "p2", "p3", "p4"}
+    assert (s["bottleneck"]["node"], s["bottleneck"]["port"]) == ("leaf3", "decode1")
+    assert s["bottleneck"]["utilisation"] >= 0.95 and s["bottleneck"]["queue_max"] < 1_500_000
+    assert got["pfc"]["pauses"] == 0 and got["lossless_drops"] == 0 and got["integrity_ok"]
+    for f in got["flows"]:
+        assert f["fct_real_s"] == pytest.approx(f["fct_s"] / 4000)
+        assert f["goodput_bps"] == pytest.approx(f["bytes"] * 8 / f["fct_s"])
+        assert set(COUNTERS) <= set(f) and f["spines"]
+
+
+def test_a_flow_that_failed_has_no_completion_time():
+    from emulator.experiment.analysis import FlowRecord, flow_summary
+    from emulator.units import Dilation
+
+    failed = FlowRecord(name="x", src="a", dst="b", op="write", bytes=100, start_s=1.0,
+                        end_s=3.0, series=[(1.0, 0.0), (2.0, 50.0)], error="QP over its retry limit")
+    f = flow_summary(failed, Dilation(4000))
+    assert (f["end_s"], f["fct_s"], f["fct_real_s"], f["goodput_bps"]) == (None, None, None, None)
+    assert f["error"] and not f["integrity_ok"] and f["rate_series"] == [(2.0, 400.0)]
