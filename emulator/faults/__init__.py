@@ -22,22 +22,23 @@ The package, by concern:
 
 from .inject import active, apply, events, fail, flap, heal
 from .model import (
-                    Convergence,
-                    Fault,
-                    FaultError,
-                    FaultEvent,
-                    FaultKind,
-                    FlapEvent,
-                    HealEvent,
-                    after_state,
-                    effects_of,
-                    link_fault,
-                    links_of,
-                    node_fault,
+    Convergence,
+    Fault,
+    FaultError,
+    FaultEvent,
+    FaultKind,
+    FlapEvent,
+    HealEvent,
+    after_state,
+    effects_of,
+    link_fault,
+    links_of,
+    node_fault,
 )
 from .recovery import FibWatcher, convergence, expected_fib, settle
 
-__all__ = ["Convergence", "Fault", "FaultError", "FaultEvent", "FaultKind", "FibWatcher", "FlapEvent",
-           "HealEvent", "active", "after_state", "apply",
-           "convergence", "effects_of", "events", "expected_fib", "fail", "flap", "heal",
-           "link_fault", "links_of", "node_fault", "settle"]
+__all__ = [
+    "Convergence", "Fault", "FaultError", "FaultEvent", "FaultKind", "FibWatcher", "FlapEvent",
+    "HealEvent", "active", "after_state", "apply", "convergence", "effects_of", "events",
+    "expected_fib", "fail", "flap", "heal", "link_fault", "links_of", "node_fault", "settle",
+]
