@@ -1,18 +1,42 @@
-"""Typed errors. Library code raises these; the CLI prints one line per error."""
+"""Typed errors and the exit codes they map to (docs/cli.md has the table).
+
+Library code raises these; the CLI prints one line per error and exits with
+the error's code. Commands that *find* something wrong (a lab not converged,
+a failed check or expectation) exit with these codes too.
+"""
 
 from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    ERROR = 1  # anything not below
+    BAD_FILE = 2  # a topology or experiment file is invalid; nothing was created
+    LAB_EXISTS = 3
+    NOT_FOUND = 4  # no such lab, node or port
+    REALIZE_FAILED = 5  # building the lab failed; everything was rolled back
+    NOT_CONVERGED = 6  # routing did not settle (or the lab is not healthy) in time
+    NOT_ROOT = 7
+    TRANSFER_FAILED = 8  # the RoCEv2 engine failed (setup, retry limit)
+    INTEGRITY_FAILED = 9  # a transfer completed but the bytes differ
+    VALIDATION_FAILED = 10  # `validate`: a named check or a topology expectation failed
+    EXPECTATION_FAILED = 11  # `run`: an `expect:` line, a flow or the lossless class failed
+    USAGE = 64  # bad command line (sysexits EX_USAGE)
+    INTERRUPTED = 130
 
 
 class RocelabError(Exception):
     """Base class: `str(err)` is the one-line message shown to the user."""
 
-    exit_code = 1
+    exit_code = ExitCode.ERROR
 
 
 class SpecError(RocelabError):
     """The topology (or experiment) file is invalid. Nothing was created."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_FILE
 
     def __init__(self, source: str, field: str, problem: str, line: int | None = None):
         self.source, self.field, self.problem, self.line = source, field, problem, line
@@ -21,30 +45,36 @@ class SpecError(RocelabError):
 
 
 class LabExistsError(RocelabError):
-    exit_code = 3
+    exit_code = ExitCode.LAB_EXISTS
 
 
 class LabNotFoundError(RocelabError):
-    exit_code = 4
+    exit_code = ExitCode.NOT_FOUND
 
 
 class RealizeError(RocelabError):
     """Creating a kernel object or daemon failed; everything was rolled back."""
 
-    exit_code = 5
+    exit_code = ExitCode.REALIZE_FAILED
 
 
 class ConvergeTimeout(RocelabError):
     """The fabric did not converge in time; everything was rolled back."""
 
-    exit_code = 6
+    exit_code = ExitCode.NOT_CONVERGED
 
 
 class NotRootError(RocelabError):
-    exit_code = 7
+    exit_code = ExitCode.NOT_ROOT
 
 
 class EngineError(RocelabError):
     """The RoCEv2 engine failed (connection setup, retry limit, integrity)."""
 
-    exit_code = 8
+    exit_code = ExitCode.TRANSFER_FAILED
+
+
+class IntegrityError(EngineError):
+    """A transfer completed, but the two ends' digests of the payload differ."""
+
+    exit_code = ExitCode.INTEGRITY_FAILED

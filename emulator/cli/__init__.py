@@ -1,17 +1,30 @@
 """`rocelab`: a thin command line over the library (one module per command).
 
 Library code raises RocelabError subclasses; this layer turns them into one
-line on stderr and the error's exit code, never a traceback.
+line on stderr and the error's exit code (errors.ExitCode), never a
+traceback. With `--json` the error is also printed on stdout as
+{"error": {"code": N, "type": "...", "message": "..."}}. A bad command line
+(unknown option, missing argument) exits 64, apart from the codes of bad
+files (2) and failed checks.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
 import click
 
-from ..errors import RocelabError
+from ..errors import ExitCode, RocelabError
+
+
+def _fail(code: int, kind: str, message: str) -> None:
+    """Report an error the way every command does, then exit with `code`."""
+    click.echo(f"rocelab: error: {message}", err=True)
+    if "--json" in sys.argv[1:]:
+        click.echo(json.dumps({"error": {"code": int(code), "type": kind, "message": message}}))
+    sys.exit(code)
 
 
 class RocelabGroup(click.Group):
@@ -19,11 +32,26 @@ class RocelabGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RocelabError as e:
-            click.echo(f"rocelab: error: {e}", err=True)
-            sys.exit(e.exit_code)
+            _fail(e.exit_code, type(e).__name__, str(e))
         except KeyboardInterrupt:
-            click.echo("rocelab: interrupted", err=True)
-            sys.exit(130)
+            _fail(ExitCode.INTERRUPTED, "Interrupted", "interrupted")
+        except OSError as e:  # a path the user gave that cannot be read or written
+            where = f"{e.filename}: " if e.filename else ""
+            _fail(ExitCode.ERROR, type(e).__name__, f"{where}{e.strerror or e}")
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as e:  # click's own code for these is 2, the same as a bad file
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx else ""
+            _fail(ExitCode.USAGE, "UsageError", e.format_message() + hint)
+        except click.ClickException as e:  # a file click could not open, ...
+            _fail(ExitCode.ERROR, type(e).__name__, e.format_message())
+        except click.exceptions.Abort:
+            _fail(ExitCode.INTERRUPTED, "Interrupted", "interrupted")
+        except BrokenPipeError:  # `rocelab ... | head`
+            sys.stderr.close()
+            sys.exit(ExitCode.OK)
 
 
 @click.group(cls=RocelabGroup, context_settings={"help_option_names": ["-h", "--help"]})
