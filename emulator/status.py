@@ -1,12 +1,26 @@
-"""What `rocelab status` reports: per router sessions, prefixes and ECMP width."""
+"""What `rocelab status` (and `wait`, `list`, the API) report about a running lab.
+
+Two words, two meanings:
+
+    converged  routing has settled to what the plan and the faults in force
+               require: every surviving router's kernel FIB holds exactly the
+               ECMP widths `faults.expected_fib` computes for the active faults,
+               and every BGP session on a link that is not cut is Established.
+               A lab with a failed link is converged once routing went around it.
+    healthy    converged with nothing failed: no active fault, every session up,
+               full ECMP everywhere, and every host answers every other host.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import converge, faults, netns
-from .errors import RocelabError
+from .errors import ConvergeTimeout, RocelabError
+from .faults.model import AfterState
 from .plan import Kind, Node, Plan
 
 
@@ -17,24 +31,47 @@ class RouterStatus:
     asn: int | None
     sessions_up: int
     sessions_configured: int
+    sessions_expected: int  # configured, less those on links the active faults cut
     prefixes_received: int
     ecmp_min: int  # toward the host prefixes it must learn (0 = some missing)
     ecmp_max: int
-    ecmp_expected: int
+    ecmp_expected: int  # on a healthy fabric
+    fib_as_expected: bool  # every width what the active faults require
+    failed: bool = False  # the router itself is failed (a node fault)
     error: str | None = None
 
     @property
+    def converged(self) -> bool:
+        return self.failed or (self.error is None and self.fib_as_expected
+                               and self.sessions_up >= self.sessions_expected)
+
+    @property
     def ok(self) -> bool:
+        """Healthy: every session up and full ECMP."""
         return (self.error is None and self.sessions_up == self.sessions_configured
                 and self.ecmp_min == self.ecmp_expected)
 
 
-def router_status(plan: Plan, node: Node) -> RouterStatus:
+def _expected_sessions(node: Node, after: AfterState) -> int:
+    if node.name in after["failed_nodes"]:
+        return 0
+    cut = {frozenset(c) for c in after["cut_links"]}
+    dead = set(after["failed_nodes"])
+    return sum(1 for i in node.interfaces if i.fabric and i.peer not in dead
+               and frozenset((node.name, i.peer)) not in cut)
+
+
+def router_status(plan: Plan, node: Node, after: AfterState,
+                  expected: dict[str, int] | None) -> RouterStatus:
     configured = sum(1 for i in node.interfaces if i.fabric)
-    widths = list(converge.fib_widths_of(plan, node).values()) or [0]
+    have = converge.fib_widths_of(plan, node)
+    widths = list(have.values()) or [0]
     base = dict(node=node.name, kind=node.kind.value, asn=node.asn, sessions_configured=configured,
+                sessions_expected=_expected_sessions(node, after),
                 ecmp_min=min(widths), ecmp_max=max(widths),
-                ecmp_expected=converge.expected_width(plan, node))
+                ecmp_expected=converge.expected_width(plan, node),
+                fib_as_expected=expected is None or have == expected,
+                failed=node.name in after["failed_nodes"])
     if not netns.exists(node.netns):
         return RouterStatus(**base, sessions_up=0, prefixes_received=0, error="namespace missing")
     try:
@@ -47,17 +84,59 @@ def router_status(plan: Plan, node: Node) -> RouterStatus:
 
 
 def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
-    routers: list[RouterStatus] = netns.parallel(lambda n: router_status(plan, n), plan.routers)  # type: ignore
-    reach = converge.check_reach(plan, reach_timeout_s) if all(r.ok for r in routers) else None
+    """The lab's routers, hosts, faults, and whether it is converged and healthy."""
+    active = faults.active(plan)  # injected by `rocelab fail`, or found in the kernel
+    after = faults.after_state(plan, [faults.Fault.from_json(r) for r in active])
+    expected = faults.expected_fib(plan, after)
+    routers: list[RouterStatus] = netns.parallel(  # type: ignore[assignment]
+        lambda n: router_status(plan, n, after, expected.get(n.name)), plan.routers)
+    converged = all(r.converged for r in routers)
+    whole = converged and not active and all(r.ok for r in routers)
+    reach = converge.check_reach(plan, reach_timeout_s) if whole else None
     return {
         "lab": plan.lab,
-        "converged": all(r.ok for r in routers) and bool(reach and reach.ok),
+        "converged": converged,
+        "healthy": bool(reach and reach.ok),
         "addressing": plan.addressing.value,
-        "routers": [asdict(r) | {"ok": r.ok} for r in routers],
+        "routers": [asdict(r) | {"ok": r.ok, "converged": r.converged} for r in routers],
         "hosts": [{"node": h.name, "role": h.role.value if h.role else None, "leaf": h.leaf,
                    "address": h.address} for h in plan.hosts],
         "reachability": None if reach is None else {"ok": reach.ok, "problems": reach.problems},
-        "faults": faults.active(plan),  # injected by `rocelab fail`, or found in the kernel
+        "faults": active,
         "spines": len(plan.of_kind(Kind.SPINE)),
         "leaves": len(plan.of_kind(Kind.LEAF)),
     }
+
+
+def verdict(st: dict[str, Any]) -> str:
+    """One line: healthy, converged (and why not healthy), or not converged (and where)."""
+    if st["healthy"]:
+        return "healthy"
+    if st["converged"]:
+        why = (f"{len(st['faults'])} active fault(s)" if st["faults"]
+               else "; ".join(st["reachability"]["problems"][:3]) if st["reachability"]
+               else "not every session up or full ECMP")
+        return f"converged, not healthy: {why}"
+    bad = [r["node"] for r in st["routers"] if not r["converged"]]
+    return f"NOT converged: {', '.join(bad)} not as the plan and active faults require"
+
+
+UNTIL = ("converged", "healthy")
+POLL_S = 0.2
+
+
+def wait_until(plan: Plan, until: str, timeout_s: float,
+               progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Poll the lab's status until it is `converged` or `healthy`; return that status.
+    ConvergeTimeout (exit 6) saying what it last saw if that does not happen in time."""
+    if until not in UNTIL:
+        raise RocelabError(f"--until: must be one of {', '.join(UNTIL)} (got {until!r})")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = lab_status(plan)
+        if st[until]:
+            return st
+        progress(verdict(st))
+        if time.monotonic() >= deadline:
+            raise ConvergeTimeout(f"lab {plan.lab} not {until} within {timeout_s:g} s: {verdict(st)}")
+        time.sleep(POLL_S)

@@ -10,6 +10,7 @@ files (2) and failed checks.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from typing import Any
@@ -60,12 +61,14 @@ def main() -> None:
     """rocelab: a packet-level RoCEv2 fabric emulator on Linux network namespaces."""
 
 
-def _register() -> None:
-    from . import down, exec_, fail, graph, heal, kv, metrics, render, run, schema, status, top, transfer, up
+# One module per command, in the order `rocelab --help` lists them.
+COMMANDS = ("up", "down", "status", "wait", "exec_", "render", "schema", "transfer", "kv", "run",
+            "fail", "heal", "metrics", "top", "graph")
 
-    for module in (up, down, status, exec_, render, schema, transfer, kv, run, fail, heal,
-                   metrics, top, graph):
-        main.add_command(module.command)
+
+def _register() -> None:
+    for name in COMMANDS:
+        main.add_command(importlib.import_module(f"{__name__}.{name}").command)
 
 
 _register()
