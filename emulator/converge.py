@@ -155,6 +155,12 @@ def wait_heard(plan: Plan, links: list[tuple[str, str]], since: float, timeout_s
             time.sleep(0.2)
 
 
+def check_reach_hosts(hosts: list[Node], pairs: list[tuple[str, str]] | None = None,
+                      timeout_s: float = 1.0) -> list[tuple[str, str]]:
+    """The (src, dst) pairs among `hosts` (or only `pairs`) that get no ICMP echo reply."""
+    return unreachable_pairs(hosts, timeout_s, pairs)
+
+
 def check_reach(plan: Plan, timeout_s: float = 1.0) -> CheckResult:
     missing = unreachable_pairs(plan.hosts, timeout_s)
     return CheckResult("reach", not missing, [f"{s} cannot reach {d}" for s, d in missing])

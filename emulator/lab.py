@@ -14,12 +14,12 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import converge, frr, netns, state
+from . import converge, expectations, frr, netns, state
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, SpecError
 from .paths import lab_run_dir
@@ -48,15 +48,23 @@ def require_root() -> None:
         raise NotRootError("this command needs root (network namespaces, FRR): run it with sudo")
 
 
-def load_topology(path: str | Path, name: str | None = None) -> tuple[Topology, Plan, Rendered]:
-    """The pure half of `up` (also `render`): validate, plan, render. Touches nothing."""
-    topo = load(path)
+def load_topology(source: str | Path | Mapping[str, Any],
+                  name: str | None = None) -> tuple[Topology, Plan, Rendered]:
+    """The pure half of `up` (also `render`): validate, plan, render. Touches nothing.
+
+    `source` is a topology file, or the same content as a dict (tests that build
+    topologies in code); errors then name `<dict>` instead of a file and line.
+    """
+    from_file = not isinstance(source, Mapping)
+    where = str(source) if from_file else "<dict>"
+    topo = load(source) if from_file else parse(dict(source), where)  # type: ignore[arg-type]
     if name is not None:
         topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name}")
     try:
-        plan = compile_plan(topo, str(path))
+        plan = compile_plan(topo, where)
+        expectations.check(topo, plan, where)  # the `validate:` block names real nodes
     except SpecError as e:  # a semantic error: point at its line in the file
-        raise located(e, read_yaml(path)[1]) from None
+        raise (located(e, read_yaml(source)[1]) if from_file else e) from None  # type: ignore[arg-type]
     return topo, plan, render(plan)
 
 

@@ -55,14 +55,17 @@ def _open_socket(host: Node) -> socket.socket:
     return s
 
 
-def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0) -> list[tuple[str, str]]:
-    """Ping every host from every other host; return the (src, dst) pairs that got no reply."""
+def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0,
+                      pairs: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """Ping every host from every other host (or only the (src, dst) `pairs`); return the
+    pairs that got no reply."""
     if len(hosts) < 2:
         return []
     base = os.getpid() & 0x7FFF
     idents = {(base + i) & 0xFFFF: h for i, h in enumerate(hosts)}
     index = {h.name: i for i, h in enumerate(hosts)}
-    pending = {(s.name, d.name) for s in hosts for d in hosts if s is not d}
+    pending = set(pairs) if pairs is not None else {
+        (s.name, d.name) for s in hosts for d in hosts if s is not d}
     with ExitStack() as stack:
         socks = {}
         for ident, h in idents.items():

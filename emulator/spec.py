@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from .errors import SpecError
@@ -38,7 +38,8 @@ class Role(str, Enum):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, serialize_by_alias=True,
+                              validate_by_alias=True, validate_by_name=True)
 
 
 class Links(Strict):
@@ -174,6 +175,80 @@ def _check_size(v: str) -> str:
     return v
 
 
+class EcmpExpect(Strict):
+    node: str = Field(description="A router.")
+    to: str = Field(description="A host: the width is toward its /31.")
+    width: Annotated[int, Field(ge=0, le=64)] = Field(description="Next hops expected (0: no route).")
+
+
+class SessionExpect(Strict):
+    node: str = Field(description="A router.")
+    peer: str = Field(description="A router linked to it.")
+    state: Literal["established", "down"] = Field("established", description="BGP session state.")
+
+
+class ReachExpect(Strict):
+    src: str = Field(description="A host.")
+    dst: str = Field(description="Another host.")
+    reachable: bool = Field(True, description="false: expect no ICMP echo reply.")
+
+
+class RouteExpect(Strict):
+    node: str = Field(description="A router or host.")
+    prefix: str = Field(description="An IPv4 prefix in its kernel FIB (main table).")
+    present: bool = Field(True, description="false: expect the route absent.")
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        return Pools._network(v)
+
+
+class TransferExpect(Strict):
+    src: str = Field(description="A host (the data source).")
+    dst: str = Field(description="Another host.")
+    size: str = Field("4MiB", description="Bytes to move.")
+    op: Literal["write", "read"] = Field("write", description="RDMA WRITE (push) or READ (pull).")
+    qps: Annotated[int, Field(ge=1, le=64)] = Field(1, description="Queue pairs.")
+    min_goodput: str | None = Field(
+        None, description="Lowest acceptable goodput at the real link speed (real-equivalent "
+        "under time dilation), e.g. 100G; always: integrity ok.")
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        return _check_size(v)
+
+    @field_validator("min_goodput")
+    @classmethod
+    def _goodput(cls, v: str | None) -> str | None:
+        return v if v is None else Links._speed(v)
+
+
+class Expectation(Strict):
+    """One named expectation of a `validate:` block: exactly one of its kinds."""
+
+    ecmp: EcmpExpect | None = Field(None, description="A router's ECMP width toward a host.")
+    session: SessionExpect | None = Field(None, description="A BGP session's state.")
+    reach: ReachExpect | None = Field(None, description="Reachability between two hosts.")
+    route: RouteExpect | None = Field(None, description="A route present or absent.")
+    transfer: TransferExpect | None = Field(None, description="A RoCEv2 transfer's integrity "
+                                            "and minimum goodput.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Expectation:
+        if len([k for k in EXPECT_KINDS if getattr(self, k) is not None]) != 1:
+            raise ValueError(f"give exactly one of {', '.join(EXPECT_KINDS)}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in EXPECT_KINDS if getattr(self, k) is not None)
+
+
+EXPECT_KINDS = ("ecmp", "session", "reach", "route", "transfer")
+
+
 class Topology(Strict):
     name: str = Field(description="Lab name: lowercase letters, digits and dashes; "
                                   "namespaces are <name>-<node>.")
@@ -190,6 +265,10 @@ class Topology(Strict):
     pools: Pools = Field(default_factory=Pools, description="Address pools.")
     congestion: Congestion = Field(default_factory=Congestion,
                                    description="Shaping, time dilation, ECN, PFC, DCQCN.")
+    validate_: dict[str, Expectation] = Field(
+        default_factory=dict, alias="validate",
+        description="Named expectations `rocelab validate` (and `up --validate`) checks on "
+                    "the running lab: ecmp, session, reach, route, transfer.")
 
     @field_validator("name")
     @classmethod

@@ -27,7 +27,7 @@ from . import netns
 from .errors import LabNotFoundError, RealizeError, RocelabError
 from .paths import ENV_TAG, NS_TAG_PREFIX, RUN_ROOT, state_file
 from .plan import Plan, compile_plan
-from .spec import parse
+from .spec import Topology, parse
 
 
 def write(lab: str, data: dict[str, Any]) -> None:
@@ -134,15 +134,21 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def lab_plan(lab: str) -> Plan:
-    """The plan of a running lab, recompiled from the spec its state file recorded."""
+def lab_topology(lab: str) -> Topology:
+    """The validated topology a running lab was brought up from (its state file's copy)."""
     record = read(lab)
     if record is None:
         if lab in known_labs():
             raise RealizeError(f"lab {lab} has no state file (crashed?): run `rocelab down {lab}`")
         raise LabNotFoundError(f"no lab named {lab}; running labs: "
                                f"{', '.join(sorted(known_labs())) or 'none'}")
-    return compile_plan(parse(record["spec"], record.get("topology", lab)), record.get("topology", ""))
+    return parse(record["spec"], record.get("topology") or lab)
+
+
+def lab_plan(lab: str) -> Plan:
+    """The plan of a running lab, recompiled from the spec its state file recorded."""
+    topo = lab_topology(lab)
+    return compile_plan(topo, (read(lab) or {}).get("topology", ""))
 
 
 def resolve_lab(lab: str | None) -> str:

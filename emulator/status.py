@@ -52,7 +52,7 @@ class RouterStatus:
                 and self.ecmp_min == self.ecmp_expected)
 
 
-def _expected_sessions(node: Node, after: AfterState) -> int:
+def expected_sessions(node: Node, after: AfterState) -> int:
     if node.name in after["failed_nodes"]:
         return 0
     cut = {frozenset(c) for c in after["cut_links"]}
@@ -67,7 +67,7 @@ def router_status(plan: Plan, node: Node, after: AfterState,
     have = converge.fib_widths_of(plan, node)
     widths = list(have.values()) or [0]
     base = dict(node=node.name, kind=node.kind.value, asn=node.asn, sessions_configured=configured,
-                sessions_expected=_expected_sessions(node, after),
+                sessions_expected=expected_sessions(node, after),
                 ecmp_min=min(widths), ecmp_max=max(widths),
                 ecmp_expected=converge.expected_width(plan, node),
                 fib_as_expected=expected is None or have == expected,

@@ -6,8 +6,12 @@ from typing import Any
 
 import click
 
-from .. import lab
+from .. import lab, state
+from ..errors import ExitCode
+from ..plan import Plan
+from ..validate import Check, validate_lab
 from .progress import err_console, progress
+from .validate import print_checks
 
 
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
@@ -20,7 +24,10 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 @click.option("--timeout", default=lab.DEFAULT_TIMEOUT_S, show_default=True, type=float,
               help="Seconds to wait for convergence before rolling back.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def command(topology: str, name: str | None, timeout: float, as_json: bool) -> None:
+@click.option("--validate", "run_checks", is_flag=True,
+              help="Then run every `rocelab validate` check and the topology's `validate:` "
+                   "block; exit 10 if one fails (the lab stays up to look at).")
+def command(topology: str, name: str | None, timeout: float, as_json: bool, run_checks: bool) -> None:
     """Build a lab from TOPOLOGY and return once it has converged.
 
     Example: rocelab up topologies/clos-2x4.yaml
@@ -29,10 +36,18 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool) -> N
     with progress(f"up {topology}") as update:
         result = lab.up(topology, name=name, timeout_s=timeout, progress=update)
     p, t = result.plan, result.timings
+    checks = validate_lab(p, state.lab_topology(p.lab)) if run_checks else None
     if as_json:
         import json
-        click.echo(json.dumps({"lab": p.lab, "converged": True, "timings": t}, indent=2))
-        return
+        click.echo(json.dumps({"lab": p.lab, "converged": True, "timings": t} | (
+            {"checks": [c.to_json() for c in checks]} if checks is not None else {}), indent=2))
+    else:
+        _print(p, t, checks)
+    if checks is not None and not all(c.ok for c in checks):
+        sys.exit(ExitCode.VALIDATION_FAILED)
+
+
+def _print(p: Plan, t: dict[str, float], checks: list[Check] | None) -> None:
     err_console.print(
         f"[green]lab {p.lab} converged[/] in {t['total_s']:.2f} s: {len(p.routers)} routers, "
         f"{len(p.hosts)} hosts, {len(p.links)} links "
@@ -40,3 +55,5 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool) -> N
         f"BGP {t['bgp_converged_s']:.2f} s, verify {t['verified_s']:.2f} s)", soft_wrap=True)
     click.echo(f"next: rocelab status {p.lab}   rocelab exec {p.lab} {p.hosts[0].name} -- ping "
                f"{p.hosts[-1].address}   rocelab down {p.lab}", file=sys.stdout)
+    if checks is not None:
+        print_checks(checks)
