@@ -72,12 +72,17 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def flow_rates(d: ReportData, path: Path) -> Path:
+    return _save(flow_rates_figure(d), path)
+
+
+def flow_rates_figure(d: ReportData) -> Figure:
+    """The per-flow rate plot, drawn but not saved (the caller closes it)."""
     fig, ax = _figure()
     series = [f for f in d.flows if f.series]
     ax.set_title("Per-flow sending rate (RoCE payload the engine put on the wire)")
     if not series:
         _empty(ax, "no rate samples (the transfer finished before the first progress report)")
-        return _save(fig, path)
+        return fig
     peak = max(r for f in series for _, r in f.series)
     if d.link_rate_bps and peak > 1.02 * d.link_rate_bps:
         ax.text(0.01, 0.98, "above line rate: bursts (retransmissions too) queued at the "
@@ -98,7 +103,7 @@ def flow_rates(d: ReportData, path: Path) -> Path:
     ax.legend(fontsize=8, loc="upper right", ncols=2 if len(series) > 4 else 1)
     _events(ax, d)
     _real_axis(ax, d)
-    return _save(fig, path)
+    return fig
 
 
 def queue_depth(d: ReportData, plan: Plan | None, path: Path) -> Path:

@@ -132,9 +132,13 @@ def test_topology_colours_the_hottest_links(plan):
 
 
 def test_progress_from_many_threads_is_binned_before_rates():
+    from emulator.experiment.analysis import rates
     from emulator.report.record import binned
     clumped = [(0.0, 0), (0.1, 10), (0.1001, 20), (0.5, 50), (0.5002, 60), (1.0, 100)]
-    assert binned(clumped, 0.25) == [(0.0, 0), (0.25, 20), (0.5, 50), (0.75, 60), (1.0, 100)]
+    bins = binned(clumped, 0.25)
+    assert [t for t, _ in bins] == [0.0, 0.25, 0.5, 0.75, 1.0] and bins[-1] == (1.0, 100)
+    per_bin = [bps for _, bps in rates(bins)]  # 100 bytes in 1 s: 800 bit/s on average
+    assert 0.7 * 800 < min(per_bin) and max(per_bin) < 1.3 * 800, per_bin  # 0.1 ms clump: 800k
 
 
 def test_kv_on_a_congestion_lab_has_one_flow_per_sender(plan):
@@ -168,3 +172,63 @@ def test_recorded_interface_bytes_colour_links_and_spread_on_plain_labs():
     d = data.load(r)
     assert d.link_load()[("leaf3", "decode1")] == 4e6
     assert d.spine_bytes == {"spine1": 3e6, "spine2": 1e6}
+
+
+INCAST = Path(__file__).parent / "fixtures" / "report" / "incast-results.json"
+
+
+@pytest.fixture(scope="module")
+def incast() -> dict:
+    """results.json of `rocelab run experiments/incast.yaml` on the reference machine, trimmed
+    (sampled ports dropped, rates rounded to whole bit/s): four flows of 40 MiB into decode1
+    at ~20-25 Mbit/s each on 100 Mbit/s links, Jain 1.000, the bottleneck ~97 % busy."""
+    return json.loads(INCAST.read_text())
+
+
+def test_binning_a_real_run_makes_whole_bins_only(incast):
+    for f in incast["flows"]:
+        recorded = [tuple(x) for x in f["rate_series"]]
+        cumulative, step = data.cumulative(recorded), data.bin_step(recorded)
+        bins = data.binned(cumulative, step)
+        edges = [t for t, _ in bins]
+        widths = [b - a for a, b in zip(edges, edges[1:])]
+        assert len(bins) > 100 and min(widths) >= step - 1e-3, (f["name"], min(widths), step)
+        assert edges[0] == pytest.approx(cumulative[0][0], abs=1e-4)
+        assert 0 <= cumulative[-1][0] - edges[-1] < step  # the tail shorter than a bin is left out
+
+
+def test_the_rate_plot_of_a_real_run_shows_its_real_rates(incast):
+    from emulator.report import plots
+    d = data.load(incast)
+    link = incast["link_rate_bps"]
+    recorded = {f["name"]: f for f in incast["flows"]}
+    fig = plots.flow_rates_figure(d)
+    try:
+        ax = fig.axes[0]
+        lines = {ln.get_label().split()[0]: ln for ln in ax.get_lines() if "->" in ln.get_label()}
+        assert sorted(lines) == ["p1", "p2", "p3", "p4"]
+        peak = max(max(ln.get_ydata()) for ln in lines.values())  # Mbit/s
+        assert 20 < peak < link / 1e6, peak  # once a 0.3 ms last bin plotted 200-800 Mbit/s
+        assert ax.get_ylim()[1] <= link / 1e6 * 1.2  # the axis is scaled to the link, not a spike
+    finally:
+        plots.plt.close(fig)
+    steady = incast["steady"]
+    for f in d.flows:
+        step = data.bin_step([tuple(x) for x in recorded[f.name]["rate_series"]])
+        times = [t for t, _ in f.series]
+        assert min(b - a for a, b in zip(times, times[1:])) >= step - 1e-3, f.name
+        # in the steady state every bin is near the flow's mean: no spikes, no emptied bins
+        mean = steady["rates_bps"][f.name]
+        inside = [r for t, r in f.series if steady["from_s"] + step <= t <= steady["to_s"] - step]
+        assert 0.6 * mean < min(inside) and max(inside) < 1.4 * mean, (f.name, inside, mean)
+        # the bins carry the recorded bytes, less only the tail shorter than a bin
+        carried = sum(r * (t1 - t0) for (t0, _), (t1, r) in zip(f.series, f.series[1:])) / 8
+        carried += f.series[0][1] * step / 8
+        sent = data.cumulative([tuple(x) for x in recorded[f.name]["rate_series"]])[-1][1]
+        assert 0.99 < carried / sent <= 1.001, (f.name, carried, sent)
+
+
+def test_a_series_shorter_than_one_bin_is_one_bin_and_a_sliver_is_left_out():
+    assert data.binned([(0.0, 0), (0.05, 10)], 0.25) == [(0.0, 0), (0.05, 10)]
+    assert data.binned([(0.0, 0), (0.25, 10), (0.2503, 11)], 0.25) == [(0.0, 0), (0.25, 10)]
+    assert data.binned([(1.0, 5)], 0.25) == [(1.0, 5)]
