@@ -373,6 +373,10 @@ def line_of(node: yaml.Node | None, field: str) -> int | None:
             node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
         elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
             node = node.value[int(part)]
+        elif isinstance(node, yaml.SequenceNode):  # a list of named items (flows): by name
+            node = next((item for item in node.value if isinstance(item, yaml.MappingNode)
+                         and any(getattr(k, "value", None) == "name" and getattr(v, "value", None) == part
+                                 for k, v in item.value)), None)
         else:
             node = None
         if node is None:

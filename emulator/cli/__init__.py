@@ -63,7 +63,7 @@ def main() -> None:
 
 # One module per command, in the order `rocelab --help` lists them.
 COMMANDS = ("up", "down", "status", "wait", "validate", "exec_", "render", "schema", "transfer", "kv", "run",
-            "fail", "heal", "metrics", "top", "graph")
+            "check", "fail", "heal", "metrics", "top", "graph")
 
 
 def _register() -> None:

@@ -10,7 +10,9 @@ from rich.console import Console
 from .. import lab, report, state, workload
 from ..engine.job import Job, Op
 from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
+from ..errors import IntegrityError
 from ..report import record
+from ..units import Dilation
 from .options import engine_options
 from .progress import byte_progress
 
@@ -57,12 +59,20 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
         report.save(Path(out), rec.results("kv", res, flow, senders), plan)
     if as_json:
         click.echo(json.dumps(res, indent=2))
-        return
+    else:
+        _print(res, out, plan.dilation if plan.congestion else None)
+    if not res["aggregate"]["integrity_ok"]:
+        bad = [f"{r['src']} -> {r['dst']}" for r in res["requests"] if not r.get("integrity_ok")]
+        raise IntegrityError(f"handoffs with differing digests: {', '.join(bad[:4])}")
+
+
+def _print(res: dict, out: str | None, dilation: Dilation | None) -> None:
     a = res["aggregate"]
     console = Console()
     console.print(res["sizing"], soft_wrap=True)
+    real = f" ({dilation.real_bps(a['goodput_gbps']):.1f} Gbit/s real-equivalent)" if dilation else ""
     console.print(f"{a['transfers']} handoffs, {a['bytes']} bytes in {a['wall_s']:.3f} s = "
-                  f"{a['goodput_gbps']:.3f} Gbit/s aggregate; handoff p50 {a['handoff_p50_s']:.3f} s, "
+                  f"{a['goodput_gbps']:.3f} Gbit/s{real} aggregate; handoff p50 {a['handoff_p50_s']:.3f} s, "
                   f"p99 {a['handoff_p99_s']:.3f} s, max {a['handoff_max_s']:.3f} s", soft_wrap=True)
     console.print(f"retransmitted {a['retransmitted_packets']}, NAKs {a['naks_rx']}, timeouts "
                   f"{a['timeouts']}, bad ICRC drops {a['bad_icrc']}; QPs per spine "

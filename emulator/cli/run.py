@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -7,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import lab, report
-from ..experiment import runner
+from ..experiment import analysis, runner
+from ..units import Dilation
 from .progress import progress
 
 
@@ -20,6 +22,9 @@ from .progress import progress
 def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
     """Run an experiment: topology + flows + timed actions -> results.
 
+    Exits 8 if a flow failed, 9 if data arrived corrupted, 11 if an `expect:`
+    line failed or the lossless class dropped packets (0 otherwise).
+
     Example: rocelab run experiments/incast.yaml --out out/incast
     """
     lab.require_root()
@@ -28,16 +33,18 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
         update(f"writing the report into {out}")
         report.save(Path(out), res, plan)
     console = Console()
-    d = res["dilation"]
+    d = Dilation(res["dilation"])
     links = f"links {res['link_rate_bps'] / 1e6:g} Mbit/s, D={d:g}" if res["link_rate_bps"] else "unshaped"
     table = Table(title=f"{res['experiment']} ({links})")
-    for col in ("flow", "src->dst", "FCT s", "real-equiv", "Mbit/s", "CNPs", "retx", "integrity"):
+    for col in ("flow", "src->dst", "FCT s", "real-equiv", "Mbit/s", "real Gbit/s", "CNPs", "retx",
+                "integrity"):
         table.add_column(col)
     for f in res["flows"]:
         fct = f"{f['fct_s']:.2f}" if f["fct_s"] else "-"
         real = f"{f['fct_real_s'] * 1e3:.3f} ms" if f["fct_real_s"] else "-"
         rate = f"{f['goodput_bps'] / 1e6:.1f}" if f["goodput_bps"] else "-"
-        table.add_row(f["name"], f"{f['src']}->{f['dst']}", fct, real, rate, str(f["cnps_rx"]),
+        real_rate = f"{d.real_bps(f['goodput_bps']) / 1e9:.1f}" if f["goodput_bps"] else "-"
+        table.add_row(f["name"], f"{f['src']}->{f['dst']}", fct, real, rate, real_rate, str(f["cnps_rx"]),
                       str(f["retransmitted_packets"]),
                       "ok" if f["integrity_ok"] else f"[red]{f['error'] or 'FAILED'}[/]")
     console.print(table)
@@ -45,8 +52,9 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
     line = (f"steady state {s['from_s']:.1f}-{s['to_s']:.1f} s: Jain {s['jain']:.3f}"
             if s["jain"] is not None else "no common steady state (a flow ended before steady_after)")
     if res["link_rate_bps"]:
-        line += (f"; PFC pauses {p['pauses']} (reaction p50 {p['reaction_us_p50']} us, "
-                 f"p99 {p['reaction_us_p99']} us); lossless drops {res['lossless_drops']}")
+        line += f"; PFC pauses {p['pauses']}" + (
+            f" (reaction p50 {p['reaction_us_p50']} us, p99 {p['reaction_us_p99']} us)"
+            if p["reaction_us_p50"] is not None else "") + f"; lossless drops {res['lossless_drops']}"
     console.print(line, soft_wrap=True)
     if b := s.get("bottleneck"):
         console.print(f"bottleneck {b['node']}:{b['port']} TC {b['tc']}: {b['utilisation']:.1%} busy, "
@@ -65,4 +73,12 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
         failed = f" [red]FAILED: {e['error']}[/]" if e.get("error") else ""
         console.print(f"  t={e['t_s']:.2f} s {e['kind']} {e.get('action', '')} "
                       f"{e.get('name') or e.get('target', '')}{what}{extra}{failed}", soft_wrap=True)
+    for e in res["expectations"]:
+        shown = ", ".join(f"{k} = {v!r}" for k, v in list(e["values"].items())[:4])
+        mark = "[green]ok[/]  " if e["ok"] else "[red]FAIL[/]"
+        console.print(f"expect {mark} {e['expect']}: {e['problem'] or shown}", soft_wrap=True)
     console.print(f"results: {Path(out) / 'results.json'}")
+    code, why = analysis.verdict(res)
+    if code:
+        console.print(f"[red]{why}[/]", soft_wrap=True)
+        sys.exit(code)

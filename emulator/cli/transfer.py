@@ -10,8 +10,9 @@ from rich.table import Table
 
 from .. import lab, report, state, workload
 from ..engine.job import Job, Op
+from ..errors import IntegrityError
 from ..report import record
-from ..units import parse_size, speed_or_zero
+from ..units import Dilation, parse_size, speed_or_zero
 from .options import engine_options
 from .progress import byte_progress
 
@@ -29,6 +30,9 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str,
             mtu: int, as_json: bool, out: str | None) -> None:
     """Move bytes from SRC to DST over RoCEv2 and verify them end to end.
 
+    Exits 8 if the transfer failed (a QP over its retry limit, ...), 9 if it
+    completed but the two ends' digests of the data differ.
+
     Example: rocelab transfer clos-2x4 --src prefill1 --dst decode1 --size 64MiB --qps 4
     """
     lab.require_root()
@@ -45,10 +49,13 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str,
                                                              "dst": dst}), plan)
     if as_json:
         click.echo(json.dumps(res, indent=2))
-        return
-    print_transfer(res)
-    if out:
-        Console().print(f"report: {Path(out) / 'report.html'} (and report.md, plots, results.json)")
+    else:
+        print_transfer(res, plan.dilation if plan.congestion else None)
+        if out:
+            Console().print(f"report: {Path(out) / 'report.html'} (and report.md, plots, results.json)")
+    if not res["integrity_ok"]:
+        raise IntegrityError(f"{src} -> {dst}: the data {dst} holds differs from what {src} sent "
+                             "(digests differ)")
 
 
 def wall_rate(plan, rate: str | None) -> float:
@@ -61,11 +68,14 @@ def wall_rate(plan, rate: str | None) -> float:
     return plan.dilation.wall_bps(bps)
 
 
-def print_transfer(res: dict) -> None:
+def print_transfer(res: dict, dilation: Dilation | None = None) -> None:
+    """One transfer's result; on a shaped lab with the real-equivalent rate and time too."""
     console = Console()
     ok = "[green]ok[/]" if res["integrity_ok"] else "[red]FAILED[/]"
+    real = (f" ({dilation.real_bps(res['goodput_gbps']):.1f} Gbit/s real-equivalent, "
+            f"{dilation.real_s(res['duration_s']) * 1e3:.3f} ms)") if dilation else ""
     console.print(f"{res['op']} {res['src']} -> {res['dst']}: {res['bytes']} bytes in "
-                  f"{res['duration_s']:.3f} s = {res['goodput_gbps']:.3f} Gbit/s "
+                  f"{res['duration_s']:.3f} s = {res['goodput_gbps']:.3f} Gbit/s{real} "
                   f"(handoff {res['handoff_s']:.3f} s incl. QP setup); integrity {ok}", soft_wrap=True)
     console.print(f"retransmitted {res['retransmitted_packets']}, NAKs {res['naks_rx']}, "
                   f"timeouts {res['timeouts']}, bad ICRC drops {res['bad_icrc']}")

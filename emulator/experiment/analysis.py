@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from ..congestion.model import ROCE_TC
+from ..errors import ExitCode
 from ..plan import Plan
 from ..units import Dilation, parse_duration
+from . import expect
 from .spec import Experiment
 
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
@@ -132,6 +134,8 @@ class FlowSummary(TypedDict, total=False):
     spines: list[str]
     rate_series: list[tuple[float, float]]  # (t, bit/s)
     handoffs: list[list[float]]  # repeated flows: [start, duration] of each transfer
+    handoff_p50_s: float | None  # repeated flows
+    handoff_p99_s: float | None
 
 
 class Results(TypedDict):
@@ -150,6 +154,7 @@ class Results(TypedDict):
     phases: dict[str, dict[str, Any]]
     lossless_drops: int | None
     integrity_ok: bool
+    expectations: list[dict[str, Any]]  # each `expect:` line: expect, ok, values, problem
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,7 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
     if steady1 <= steady0:  # a flow ended before steady_after: no common steady state
         steady_rates = {}
     reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
-    return {
+    out: Results = {
         "experiment": exp.name, "lab": plan.lab, "dilation": plan.dilation,
         "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": plan.speed_bps,
         "flows": flow_out, "ports": ports, "events": events,
@@ -209,7 +214,29 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
                    for name, members in exp.phases.items()},
         "lossless_drops": lossless_drops,
         "integrity_ok": all(f["integrity_ok"] for f in flow_out),
+        "expectations": [],
     }
+    out["expectations"] = [expect.evaluate(dict(out), expect.parse(line)) for line in exp.expect]
+    return out
+
+
+def verdict(results: Results) -> tuple[ExitCode, str]:
+    """How a run ended, worst first: a flow failed (8), data corrupted (9), an expectation
+    or the lossless class failed (11), or all well (0); with a one-line reason."""
+    failed = [f["name"] for f in results["flows"] if f.get("error")]
+    if failed:
+        return ExitCode.TRANSFER_FAILED, f"flows failed: {', '.join(failed)}"
+    if not results["integrity_ok"]:
+        bad = [f["name"] for f in results["flows"] if not f["integrity_ok"]]
+        return ExitCode.INTEGRITY_FAILED, f"integrity failed: {', '.join(bad)}"
+    if results["lossless_drops"]:
+        return ExitCode.EXPECTATION_FAILED, (f"the lossless class dropped "
+                                             f"{results['lossless_drops']} packets")
+    missed = [e for e in results.get("expectations", []) if not e["ok"]]
+    if missed:
+        return ExitCode.EXPECTATION_FAILED, "; ".join(f"{e['expect']} ({e['problem']})"
+                                                      for e in missed)
+    return ExitCode.OK, "every flow, integrity and expectation ok"
 
 
 def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str, Series],
@@ -260,4 +287,7 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
     }
     if f.repeat > 1:
         out["handoffs"] = [[round(a, 4), round(d, 4)] for a, d in f.handoffs]
+        durations = [d for _, d in f.handoffs]
+        out["handoff_p50_s"] = round(percentile(durations, 50), 4) if durations else None
+        out["handoff_p99_s"] = round(percentile(durations, 99), 4) if durations else None
     return out

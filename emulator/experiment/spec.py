@@ -11,6 +11,7 @@ from ..errors import SpecError
 from ..roce.dcqcn import CHOICES
 from ..spec import Strict, load_model, located, read_yaml
 from ..units import parse_duration, parse_size, speed_or_zero
+from .expect import parse as parse_expect
 
 Duration = Annotated[str | float, Field(description="A duration: 500ms, 2s, 1m or seconds.")]
 
@@ -122,6 +123,18 @@ class Experiment(Strict):
                 raise ValueError(f"phase {phase!r}: no flow {unknown[0]!r}; flows: {', '.join(names)}")
             if not members:
                 raise ValueError(f"phase {phase!r}: name at least one flow")
+        return v
+
+    expect: list[str] = Field(
+        default_factory=list, description="Lines that must hold of results.json for `run` to "
+        "succeed, e.g. `lossless_drops == 0`, `steady.jain >= 0.9`, `flows.*.integrity_ok`, "
+        "`flows.victim.handoff_p99_s < 2` (see docs/cli.md).")
+
+    @field_validator("expect")
+    @classmethod
+    def _expect(cls, v: list[str]) -> list[str]:
+        for line in v:
+            parse_expect(line)
         return v
 
     @field_validator("duration", "sample_every", "steady_after")

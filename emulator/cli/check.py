@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..errors import RocelabError, SpecError
+from ..experiment import runner
+from ..experiment.spec import load
+from ..lab import load_topology
+from ..spec import located, read_yaml
+
+
+@click.command("check")
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="What was checked, as JSON.")
+def command(experiment: str, as_json: bool) -> None:
+    """Validate an experiment file without root and without running it.
+
+    Checks the file (every field, every `expect:` line), its topology, and that its
+    flows and actions name hosts, spines and switches of that topology. Exits 2 if
+    anything is wrong, with one line naming the field.
+
+    Example: rocelab check experiments/incast.yaml
+    """
+    exp, topology = load(experiment)
+    plan = load_topology(topology)[1]
+    try:
+        runner.check(exp, plan)
+    except SpecError:
+        raise
+    except RocelabError as e:  # a flow or action naming something the topology lacks
+        field, _, problem = str(e).partition(": ")
+        raise located(SpecError(experiment, field, problem), read_yaml(experiment)[1]) from None
+    summary = {"experiment": exp.name, "topology": str(topology), "lab": exp.lab or plan.lab,
+               "flows": len(exp.flows), "actions": len(exp.actions), "expect": list(exp.expect),
+               "dilation": plan.dilation, "ok": True}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(f"{experiment}: ok: {len(exp.flows)} flows, {len(exp.actions)} actions, "
+               f"{len(exp.expect)} expectations on {plan.lab} ({topology.name}"
+               + (f", D = {plan.dilation:g}" if plan.congestion else "") + ")")
