@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rocelab-installed
 TOPOLOGY ?= topologies/clos-2x4.yaml
 
-.PHONY: setup demo lint test test-quick test-integration bench golden clean down-all
+.PHONY: setup demo lint test test-quick test-integration bench golden docs-images clean down-all
 
 setup: $(STAMP)
 	@scripts/setup-system.sh
@@ -38,6 +38,9 @@ bench: setup  ## performance figures as JSON, with same-run baselines
 
 golden: setup  ## regenerate golden files after an intended change; review the diff
 	ROCELAB_UPDATE_GOLDEN=1 $(PY) -m pytest tests/unit -q -k golden
+
+docs-images: setup  ## redraw docs/images/ from a real incast run (root), with its numbers
+	@scripts/docs-images.sh
 
 down-all: setup
 	$(VENV)/bin/rocelab down --all

@@ -232,3 +232,13 @@ def test_a_series_shorter_than_one_bin_is_one_bin_and_a_sliver_is_left_out():
     assert data.binned([(0.0, 0), (0.05, 10)], 0.25) == [(0.0, 0), (0.05, 10)]
     assert data.binned([(0.0, 0), (0.25, 10), (0.2503, 11)], 0.25) == [(0.0, 0), (0.25, 10)]
     assert data.binned([(1.0, 5)], 0.25) == [(1.0, 5)]
+
+
+def test_the_docs_quote_the_numbers_of_the_run_they_picture():
+    """`make docs-images` redraws docs/images/ and writes that run's numbers; the prose
+    around the pictures must be updated with them."""
+    n = json.loads(Path("docs/images/incast-numbers.json").read_text())
+    busy = f"{n['bottleneck_utilisation'] * 100:.1f} %"
+    for doc in ("README.md", "docs/telemetry.md"):
+        text = " ".join(Path(doc).read_text().split())
+        assert busy in text and f"Jain's index is {n['jain']:.3f}" in text, (doc, busy, n["jain"])
