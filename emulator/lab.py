@@ -85,13 +85,14 @@ def _refuse_existing(plan: Plan) -> None:
                              f"(run `rocelab down {plan.lab}` if it is a rocelab lab)")
 
 
-def up(path: str | Path, name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
        progress: Progress = _quiet) -> UpResult:
     topo, plan, rendered = load_topology(path, name)  # every config exists before any kernel object
     require_root()
     _refuse_existing(plan)
     marks = {"start": time.monotonic()}
-    record: dict[str, Any] = {"lab": plan.lab, "topology": str(Path(path).resolve()),
+    source = "<dict>" if isinstance(path, Mapping) else str(Path(path).resolve())
+    record: dict[str, Any] = {"lab": plan.lab, "topology": source,
                               "spec": topo.model_dump(mode="json"), "status": "creating",
                               "namespaces": [n.netns for n in plan.nodes], "daemons": []}
     with contextlib.ExitStack() as undo:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .engine import client
-from .engine.job import Job
+from .engine.job import Job, TransferResult
 from .errors import RocelabError
 from .experiment.analysis import percentile
 from .plan import Kind, Node, Plan
@@ -58,7 +58,7 @@ def parse_pairs(plan: Plan, text: str | None) -> list[tuple[Node, Node]]:
 
 
 def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
-                 progress: Progress | None = None) -> dict[str, Any]:
+                 progress: Progress | None = None) -> TransferResult:
     client.ensure_engines(plan, [src, dst])
     return client.transfer(plan, src, dst, job, progress)
 

@@ -38,13 +38,11 @@ def describe(conv: dict[str, Any]) -> str:
     return f"routing converged in {conv['converge_s']:.3f} s{first}; leaf ECMP now: {ecmp}"
 
 
-def _fail_once(plan: Plan, fault: faults.Fault, wait: bool, timeout_s: float) -> dict[str, Any]:
+def _fail_once(plan: Plan, fault: faults.Fault, wait: bool, timeout_s: float) -> faults.FaultEvent:
     if not wait:
         return faults.fail(plan, fault)
-    with faults.FibWatcher(plan) as watch:
-        event = faults.fail(plan, fault)
-        event["convergence"] = settle(plan, watch, event, timeout_s)
-    return event
+    with progress("waiting for routing to converge") as update:
+        return faults.fail_settled(plan, fault, timeout_s, update)
 
 
 def _flap(plan: Plan, fault: faults.Fault, period_s: float, count: int,

@@ -5,7 +5,8 @@ import json
 import click
 
 from .. import faults, lab, state
-from .fail import describe, settle, target
+from .fail import describe, target
+from .progress import progress
 
 
 @click.command("heal")
@@ -33,9 +34,8 @@ def command(name: str, what: tuple[str, ...], heal_all: bool, no_wait: bool, tim
     if no_wait:
         event = faults.heal(plan, fault)
     else:
-        with faults.FibWatcher(plan) as watch:
-            event = faults.heal(plan, fault)
-            event["convergence"] = settle(plan, watch, event, timeout)
+        with progress("waiting for routing to converge") as update:
+            event = faults.heal_settled(plan, fault, timeout, update)
     if as_json:
         click.echo(json.dumps(event, indent=2))
         return

@@ -40,13 +40,23 @@ def parse(text: str) -> Expect:
                          f"`flows.*.integrity_ok`); OP is one of {' '.join(OPS)}")
     path, op, raw = m.groups()
     try:
-        value = yaml.safe_load(raw) if raw is not None else None
+        value = _literal(raw) if raw is not None else None
     except yaml.YAMLError:
         raise ValueError(f"{text!r}: {raw!r} is not a value (a number, true, false, null "
                          "or a word) after PATH [OP VALUE]") from None
     if op in ("<", "<=", ">", ">=") and not isinstance(value, (int, float)):
         raise ValueError(f"{text!r}: {op} needs a number (got {raw!r})")
     return Expect(str(text).strip(), tuple(path.split(".")), op, value)
+
+
+def _literal(raw: str) -> Any:
+    """A number as Python reads it (YAML 1.1 takes 1e15 for a string), else YAML's scalar."""
+    for number in (int, float):
+        try:
+            return number(raw)
+        except ValueError:
+            pass
+    return yaml.safe_load(raw)
 
 
 def lookup(data: Any, path: tuple[str, ...], prefix: str = "") -> list[tuple[str, Any]]:

@@ -28,7 +28,8 @@ from typing import Any
 from .. import converge, netns
 from ..errors import ConvergeTimeout
 from ..plan import Kind, Plan
-from .model import Convergence, Fault, links_of
+from . import inject
+from .model import Convergence, Fault, FaultEvent, HealEvent, links_of
 
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
@@ -149,6 +150,27 @@ def settle(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: floa
         converge.wait_heard(plan, [link for f in silent for link in links_of(plan, f)],
                             event["monotonic"], timeout_s)
     watch.wait_for(expected_fib(plan, event["after"]), max(0.0, deadline - time.monotonic()))
+
+
+def fail_settled(plan: Plan, fault: Fault, timeout_s: float,
+                 progress: Progress = lambda _: None) -> FaultEvent:
+    """Inject `fault`, wait until routing went around it; the event with its convergence."""
+    with FibWatcher(plan) as watch:
+        event = inject.fail(plan, fault)
+        settle(plan, watch, event, timeout_s, progress)
+        event["convergence"] = convergence(watch.samples, event, plan)
+    return event
+
+
+def heal_settled(plan: Plan, target: Fault | None, timeout_s: float,
+                 progress: Progress = lambda _: None) -> HealEvent:
+    """Heal `target` (None: every fault), wait until routing is whole again; the event with
+    its convergence."""
+    with FibWatcher(plan) as watch:
+        event = inject.heal(plan, target)
+        settle(plan, watch, event, timeout_s, progress)
+        event["convergence"] = convergence(watch.samples, event, plan)
+    return event
 
 
 def _drain(s: socket.socket) -> None:

@@ -252,6 +252,14 @@ def _experiment(d: ReportData, r: dict[str, Any]) -> None:
                        Headline("lossless-class drops", str(r["lossless_drops"])),
                        Headline("CE marks (switches)",
                                 str(sum(x.get("ce_marked", 0) for x in d.ports)))]
+    if expectations := r.get("expectations"):  # the experiment's `expect:` lines
+        held = sum(e["ok"] for e in expectations)
+        d.headline.append(Headline("expectations", f"{held}/{len(expectations)} hold",
+                                   "" if held == len(expectations) else "see the table below"))
+        d.tables["expectations"] = [["expect", "result", "value"]] + [
+            [e["expect"], "ok" if e["ok"] else "FAILED", e["problem"] or ", ".join(
+                f"{k} = {_short(v)}" for k, v in list(e["values"].items())[:4])]
+            for e in expectations]
     if phases := r.get("phases"):  # one column per phase: each flow's mean rate in it
         d.tables["phases"] = [["flow"] + [f"{n} ({p['from_s']:.1f}-{p['to_s']:.1f} s)"
                                           for n, p in phases.items()]] + [
@@ -310,3 +318,7 @@ def drop_empty(rows: list[list[str]]) -> list[list[str]]:
 def _p(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -83,3 +83,9 @@ def test_shipped_experiments_state_their_expectations_and_the_incast_meets_them(
                        .read_text())  # a real incast run's results
     for line in exp.expect:
         assert expect.evaluate(wrote, expect.parse(line))["ok"], line
+
+
+def test_numbers_as_python_reads_them():
+    assert expect.parse("flows.f1.goodput_bps > 1e15").value == 1e15
+    assert expect.parse("lossless_drops == 0").value == 0
+    assert expect.parse("steady.jain == null").value is None
