@@ -24,8 +24,8 @@ lint: setup  ## ruff over the tree, mypy over the pure modules (both configured 
 	$(VENV)/bin/ruff check emulator tests
 	$(VENV)/bin/mypy
 
-test: lint  ## lint, then unit + integration tests (root)
-	$(PY) -m pytest tests -m "not slow"
+test: lint  ## lint, then unit + integration tests and the example suite (root)
+	$(PY) -m pytest tests examples -m "not slow"
 
 test-quick: setup  ## no-root unit tests only
 	$(PY) -m pytest tests/unit
