@@ -55,3 +55,11 @@ def test_the_architecture_page_places_every_module():
            or (p.is_dir() and (p / "__init__.py").exists())]
     missing = [p.name for p in top if f"emulator/{p.name}" not in doc]
     assert not missing, f"docs/architecture.md does not place {missing}"
+
+
+def test_every_exit_code_is_in_the_table():
+    from emulator.errors import ExitCode
+
+    doc = Path("docs/cli.md").read_text()
+    missing = [c.name for c in ExitCode if f"\n| {int(c)} |" not in doc]
+    assert not missing, f"docs/cli.md's exit-code table lacks {missing}"
