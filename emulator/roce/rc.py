@@ -104,7 +104,7 @@ class QueuePair:
         elif op in _RESPONSES:
             requester.on_read_response(seg, now)
         elif op == _CNP:
-            self.counters.cnps_rx += 1  # reaction point (DCQCN) comes later
+            self.counters.cnps_rx += 1  # the reaction point (engine/paced.py, DCQCN) acts on it
         else:
             self.responder.on_request(seg)
 
