@@ -67,7 +67,8 @@ COMMANDS = ("up", "down", "status", "wait", "validate", "exec_", "render", "sche
 
 
 def _register() -> None:
-    for name in COMMANDS:
+    # then the testers' tools: list the labs, a router's vtysh, a port's pcap
+    for name in (*COMMANDS, "list_", "vtysh", "capture"):
         main.add_command(importlib.import_module(f"{__name__}.{name}").command)
 
 
