@@ -52,6 +52,12 @@ class LabNotFoundError(RocelabError):
     exit_code = ExitCode.NOT_FOUND
 
 
+class NodeNotFoundError(RocelabError):
+    """A node or port that the lab does not have (or not of the kind asked for)."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
 class RealizeError(RocelabError):
     """Creating a kernel object or daemon failed; everything was rolled back."""
 

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import ExitCode, RocelabError
+from ..errors import NodeNotFoundError
 from ..plan import Interface, Node, Plan
-
-
-class NodeNotFoundError(RocelabError):
-    """A node or port that the lab does not have (or not of the kind asked for)."""
-
-    exit_code = ExitCode.NOT_FOUND
 
 
 def node(plan: Plan, name: str) -> Node:
