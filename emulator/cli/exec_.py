@@ -6,6 +6,7 @@ import click
 
 from .. import lab, netns, state
 from ..paths import ENV_TAG
+from ..tools import lookup
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
@@ -19,10 +20,7 @@ def command(name: str, node: str, argv: tuple[str, ...]) -> None:
     """
     lab.require_root()
     plan = state.lab_plan(name)
-    try:
-        target = plan.node(node)
-    except KeyError as e:
-        raise click.BadParameter(str(e.args[0]), param_hint="NODE") from None
+    target = lookup.node(plan, node)  # exit 4 naming the nodes if there is none such
     env = dict(os.environ) | {ENV_TAG: plan.lab}  # tagged: `down` reaps what it leaves running
     try:
         netns.exec_in(target.netns, list(argv), env)

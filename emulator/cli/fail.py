@@ -6,20 +6,28 @@ from typing import Any
 import click
 
 from .. import faults, lab, state
+from ..errors import NodeNotFoundError
 from ..plan import Plan
-from ..units import parse_duration
+from ..tools import lookup
+from ..units import UnitError, parse_duration
 from .progress import progress
 
 USAGE = "link A B | node N | flap A B"
 
 
 def target(plan: Plan, words: tuple[str, ...], silent: bool = False) -> faults.Fault:
-    """`link A B` or `node N` (also `flap A B`) -> the fault it names."""
+    """`link A B` or `node N` (also `flap A B`) -> the fault it names.
+
+    A node or link the lab does not have is NodeNotFoundError (exit 4), naming what it has."""
     kind, *rest = words or ("",)
     if kind in ("link", "flap") and len(rest) == 2:
-        return faults.link_fault(plan, rest[0], rest[1], silent)
+        a, b = (lookup.node(plan, n) for n in rest)
+        if not any(i.peer == b.name for i in a.interfaces):
+            raise NodeNotFoundError(f"lab {plan.lab} has no link {a.name}-{b.name}; {a.name} is "
+                                    f"linked to {', '.join(i.peer for i in a.interfaces)}")
+        return faults.link_fault(plan, a.name, b.name, silent)
     if kind == "node" and len(rest) == 1:
-        return faults.node_fault(plan, rest[0], silent)
+        return faults.node_fault(plan, lookup.node(plan, rest[0]).name, silent)
     raise click.UsageError(f"expected {USAGE}, got {' '.join(words) or 'nothing'}")
 
 
@@ -75,17 +83,31 @@ def _print(event: dict[str, Any]) -> None:
         click.echo(describe(event["convergence"]))
 
 
+def duration_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """A duration option (2s, 500ms) as seconds > 0; a bad one is a usage error (exit 64)."""
+    try:
+        return parse_duration(value, None, positive=True)
+    except UnitError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+# What --timeout accepts (seconds, not negative), shared with heal.
+TIMEOUT = click.FloatRange(min=0)
+
+
 @click.command("fail")
 @click.argument("name")
 @click.argument("what", nargs=-1, required=True)
 @click.option("--silent", is_flag=True,
               help="Drop every frame but keep carrier (nftables): only BFD or the BGP hold timer notice.")
-@click.option("--period", default="2s", show_default=True, help="flap: one down+up cycle.")
-@click.option("--count", default=5, show_default=True, help="flap: cycles.")
+@click.option("--period", default="2s", show_default=True, metavar="DURATION", callback=duration_option,
+              help="flap: one down+up cycle (down for its first half).")
+@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1), help="flap: cycles.")
 @click.option("--no-wait", is_flag=True, help="Return at once instead of waiting for routing to converge.")
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for convergence.")
+@click.option("--timeout", default=30.0, show_default=True, type=TIMEOUT,
+              help="Seconds to wait for convergence (exit 6 if it does not; the fault stays).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
-def command(name: str, what: tuple[str, ...], silent: bool, period: str, count: int,
+def command(name: str, what: tuple[str, ...], silent: bool, period: float, count: int,
             no_wait: bool, timeout: float, as_json: bool) -> None:
     """Inject a fault: WHAT is `link A B`, `node N` or `flap A B`.
 
@@ -100,7 +122,7 @@ def command(name: str, what: tuple[str, ...], silent: bool, period: str, count: 
     plan = state.lab_plan(name)
     fault = target(plan, what, silent)
     if what[0] == "flap":
-        event = _flap(plan, fault, parse_duration(period, "--period", positive=True), count, timeout)
+        event = _flap(plan, fault, period, count, timeout)
     else:
         event = _fail_once(plan, fault, not no_wait, timeout)
     if as_json:

@@ -28,6 +28,8 @@ def command(topology_file: str, output: str | None, results: str | None, name: s
     path = Path(output or f"{plan.lab}.png")
     if path.suffix.lower() not in (".png", ".svg"):
         raise RocelabError(f"--output {path}: the picture must be a .png or .svg file")
+    if not path.absolute().parent.is_dir():  # say so before drawing, naming the option
+        raise RocelabError(f"--output {path}: no directory {path.absolute().parent}")
     load, duration = None, 0.0
     if results:
         try:

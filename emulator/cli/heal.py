@@ -5,7 +5,7 @@ import json
 import click
 
 from .. import faults, lab, state
-from .fail import describe, target
+from .fail import TIMEOUT, describe, target
 from .progress import progress
 
 
@@ -15,7 +15,8 @@ from .progress import progress
 @click.option("--all", "heal_all", is_flag=True,
               help="Heal every fault, recorded or only found in the kernel (after a crash).")
 @click.option("--no-wait", is_flag=True, help="Return at once instead of waiting for routing to converge.")
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for convergence.")
+@click.option("--timeout", default=30.0, show_default=True, type=TIMEOUT,
+              help="Seconds to wait for convergence (exit 6 if it does not).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
 def command(name: str, what: tuple[str, ...], heal_all: bool, no_wait: bool, timeout: float,
             as_json: bool) -> None:

@@ -20,8 +20,9 @@ from ..metrics.scrape import Scraper
 
 @click.command("top")
 @click.argument("name", required=False)
-@click.option("--interval", default=1.0, show_default=True, help="Seconds between refreshes.")
-@click.option("--rows", default=10, show_default=True, help="Ports to list.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds between refreshes.")
+@click.option("--rows", default=10, show_default=True, type=click.IntRange(min=1), help="Ports to list.")
 @click.option("--once", is_flag=True,
               help="Print one frame (two scrapes, --interval apart) and exit.")
 def command(name: str | None, interval: float, rows: int, once: bool) -> None:

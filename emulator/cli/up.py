@@ -21,7 +21,8 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 @click.command("up")
 @click.argument("topology", type=click.Path(dir_okay=False))
 @click.option("--name", help="Lab name (default: the file's `name:`).")
-@click.option("--timeout", default=lab.DEFAULT_TIMEOUT_S, show_default=True, type=float,
+@click.option("--timeout", default=lab.DEFAULT_TIMEOUT_S, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for convergence before rolling back.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--validate", "run_checks", is_flag=True,
