@@ -99,7 +99,8 @@ TIMEOUT = click.FloatRange(min=0)
 @click.argument("name")
 @click.argument("what", nargs=-1, required=True)
 @click.option("--silent", is_flag=True,
-              help="Drop every frame but keep carrier (nftables): only BFD or the BGP hold timer notice.")
+              help="Drop every frame on both ends but keep carrier (nftables): only BFD or the "
+                   "BGP hold timer notice.")
 @click.option("--period", default="2s", show_default=True, metavar="DURATION", callback=duration_option,
               help="flap: one down+up cycle (down for its first half).")
 @click.option("--count", default=5, show_default=True, type=click.IntRange(min=1), help="flap: cycles.")
@@ -111,10 +112,18 @@ def command(name: str, what: tuple[str, ...], silent: bool, period: float, count
             no_wait: bool, timeout: float, as_json: bool) -> None:
     """Inject a fault: WHAT is `link A B`, `node N` or `flap A B`.
 
-    A link fails by carrier loss (A's port goes down; B sees NO-CARRIER), or
-    with --silent by dropping everything on both ends. A node fails all its
-    links. Waits until routing has converged around the fault and says how long
-    it took. The fault stays until `rocelab heal`.
+    \b
+    link A B           carrier loss: both router ends of the link go down at once,
+                       as both optics report loss of light (a host's own end stays
+                       up; its leaf's end goes down)
+    link A B --silent  every frame dropped on both ends, carrier stays up: only BFD
+                       or the BGP hold timer notice
+    node N             every link of router N fails that way (its FRR keeps running)
+    flap A B           the link fails and heals --count times, --period per cycle
+
+    Waits until routing has converged around the fault and says how long it
+    took (docs/faults.md: how it is measured). The fault stays until
+    `rocelab heal`.
 
     Example: rocelab fail clos-2x4 link leaf1 spine2 --silent
     """
