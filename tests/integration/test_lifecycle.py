@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
+
+import pytest
 
 from emulator import netns, state
 from emulator.paths import lab_run_dir
@@ -86,16 +91,110 @@ def test_commands_on_missing_lab_fail_clearly():
     assert res.returncode == 4
 
 
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+REPO = Path(__file__).resolve().parents[2]
+# Runs the CLI from the copy given as argv[1], and proves that copy is what was imported.
+BOOT = ("import sys, emulator\n"
+        "assert emulator.__file__.startswith(sys.argv[1] + '/'), 'imported ' + emulator.__file__\n"
+        "from emulator.cli import main\n"
+        "sys.argv[:2] = ['rocelab']\n"
+        "sys.exit(main())\n")
+# As root: render once in this process, then list every module file that took.
+IMPORTED = ("import json, sys\n"
+            "from emulator.cli import main\n"
+            "main(sys.argv[1:])\n"
+            "print(json.dumps([getattr(m, '__file__', None) or '' for m in list(sys.modules.values())]))\n")
+
+
+def as_nobody(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(NOBODY + argv, capture_output=True, text=True, timeout=120, **kw)
+
+
+def _dir_nobody_can_enter() -> Path | None:
+    """A fresh 0755 directory every user can reach (the temp dir may sit below a private one)."""
+    for base in dict.fromkeys([tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]):
+        if not Path(base).is_dir():
+            continue
+        d = Path(tempfile.mkdtemp(prefix="rocelab-render-", dir=base))
+        d.chmod(0o755)
+        if as_nobody(["test", "-x", str(d)]).returncode == 0:
+            return d
+        shutil.rmtree(d)
+    return None
+
+
+def _copy_dependencies(into: Path, scratch: Path) -> None:
+    """Copy the third-party packages `render` imports (as a render run here shows) into `into`."""
+    topology = str(REPO / "topologies" / "clos-8x16.yaml")
+    res = subprocess.run([sys.executable, "-c", IMPORTED, "render", topology, "-o", str(scratch)],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    sites = [Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    into.mkdir()
+    for f in map(Path, filter(None, json.loads(res.stdout.splitlines()[-1]))):
+        site_dir = next((d for d in sites if f.is_relative_to(d)), None)
+        if site_dir is None:
+            continue  # the standard library (the interpreter's own) or this checkout
+        top = f.relative_to(site_dir).parts[0]
+        if top.startswith(("__editable__", "_distutils_hack")) or (into / top).exists():
+            continue
+        if (site_dir / top).is_dir():
+            shutil.copytree(site_dir / top, into / top, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(site_dir / top, into / top)
+
+
+def _python_nobody_can_run() -> tuple[str | None, list[str]]:
+    """This Python, or else the system's of the same version (the deps' binaries need it)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    tried = []
+    for python in dict.fromkeys([sys.executable, shutil.which(version) or "", f"/usr/bin/{version}"]):
+        if not python:
+            continue
+        probe = as_nobody([python, "-S", "-c", f"import sys; sys.exit(sys.version_info[:2] != "
+                           f"{tuple(sys.version_info[:2])})"])
+        if probe.returncode == 0:
+            return python, tried
+        tried.append(f"{python}: {(probe.stderr.strip().splitlines() or ['another version'])[-1]}")
+    return None, tried
+
+
 def test_render_needs_no_root_and_touches_nothing():
-    out = Path(tempfile.mkdtemp(prefix="rocelab-render-"))
+    """`render` as user nobody (no root, no capabilities) writes every config and creates nothing.
+
+    nobody runs a copy of this checkout's package, templates and topology, and of the
+    third-party packages they import, in a directory nobody can enter: the checkout (and
+    its virtualenv) may sit below a directory only its owner can enter, and the package
+    is installed editable, i.e. imported from there. `python -S` keeps every other
+    site-packages out. The test skips, saying why, only when nobody can run no Python of
+    this version at all.
+    """
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) is needed to run render as nobody")
+    python, tried = _python_nobody_can_run()
+    if python is None:
+        pytest.skip(f"user nobody can run no python{sys.version_info.major}.{sys.version_info.minor}: "
+                    + "; ".join(tried))
+    base = _dir_nobody_can_enter()
+    if base is None:
+        pytest.skip("user nobody can enter none of the temp dir, /tmp, /var/tmp, /dev/shm")
     try:
+        copy, out = base / "src", base / "out"
+        shutil.copytree(REPO / "emulator", copy / "emulator", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / "frr-templates", copy / "frr-templates")
+        (copy / "topologies").mkdir()
+        shutil.copy(REPO / "topologies" / "clos-8x16.yaml", copy / "topologies")
+        _copy_dependencies(base / "deps", base / "scratch")
+        out.mkdir()
         out.chmod(0o777)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": str(out),
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": f"{copy}{os.pathsep}{base / 'deps'}"}
         before = set(netns.list_names())
-        res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                              ROCELAB, "render", "topologies/clos-8x16.yaml", "-o", str(out / "r")],
-                             capture_output=True, text=True)
+        res = as_nobody([python, "-S", "-c", BOOT, str(copy), "render", "topologies/clos-8x16.yaml",
+                         "-o", str(out / "r")], env=env, cwd=copy)
         assert res.returncode == 0, res.stderr
-        assert (out / "r" / "leaf16" / "bgpd.conf").exists()
+        assert res.stdout.startswith("lab clos-8x16: wrote "), res.stdout
+        assert (out / "r" / "leaf16" / "bgpd.conf").stat().st_uid == 65534  # written by nobody
         assert set(netns.list_names()) == before
     finally:
-        shutil.rmtree(out)
+        shutil.rmtree(base)
