@@ -276,3 +276,18 @@ def test_the_installed_command_prints_json_errors_and_no_traceback(files):
                          text=True, env=env, timeout=60)
     assert res.returncode == ExitCode.USAGE and res.stderr.startswith("rocelab: error: "), res.stderr
     assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_fail_help_describes_the_fault_the_code_injects(rocelab):
+    """Carrier loss downs both router ends of a link (docs/faults.md says why), never a host's own."""
+    from emulator import faults
+    from emulator.lab import load_topology
+    plan = load_topology(TOPO)[1]
+    fabric = faults.effects_of(plan, faults.link_fault(plan, "leaf1", "spine1"))
+    host = faults.effects_of(plan, faults.link_fault(plan, "leaf1", "prefill1"))
+    assert {(e.kind.value, e.node) for e in fabric} == {("down", "leaf1"), ("down", "spine1")}
+    assert {(e.kind.value, e.node) for e in host} == {("down", "leaf1")}
+    text = " ".join(rocelab(["fail", "--help"]).stdout.split())
+    assert "carrier loss: both router ends of the link go down" in text
+    assert "a host's own end stays up" in text
+    assert "NO-CARRIER" not in text and "A's port goes down" not in text
