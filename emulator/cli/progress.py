@@ -1,15 +1,52 @@
-"""Progress output for long steps: a live spinner on a terminal, sparse lines elsewhere."""
+"""Progress output for long steps: a live spinner on a terminal, sparse lines elsewhere.
+
+A progress message can be long (`fib: spine1 has 8 host prefixes without ...; spine2 ...
+| bgp: ...`): without a terminal (CI logs, `make demo > log`) it is printed whole, wrapped
+at its own separators (`; `, ` | `) and aligned under the first line; on a terminal the
+spinner shows as much as fits the line, cut at a separator or a space, never mid-word.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 
 err_console = Console(stderr=True, highlight=False)
 LINE_EVERY_S = 2.0  # without a terminal (CI logs), print at most one poll line this often
+SEPARATORS = re.compile(r"(?<=; )|(?<= \| )")  # break after these first: they end one problem
+LOG_COLUMNS = 120  # lines in a log are not re-wrapped by a terminal; $COLUMNS overrides
+
+
+def wrap(msg: str, width: int) -> list[str]:
+    """`msg` as lines of at most `width` columns: broken after `; ` or ` | ` where one fits,
+    else at spaces; a single word longer than the line is left whole."""
+    width = max(width, 20)
+    lines, cur = [], ""
+    for piece in SEPARATORS.split(msg):
+        if cur and len(cur) + len(piece.rstrip(" |")) > width:
+            lines.append(cur.removesuffix(" | ").rstrip())  # the next check starts the next line
+            cur = ""
+        cur += piece
+    if cur.strip():
+        lines.append(cur.removesuffix(" | ").rstrip())
+    return [short for line in lines
+            for short in (textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False)
+                          or [line])]
+
+
+def shorten(msg: str, width: int) -> str:
+    """`msg` cut to `width` columns at a separator or a space, with `...` if anything was cut."""
+    if len(msg) <= width:
+        return msg
+    head = wrap(msg, max(width - 4, 16))[0].rstrip(";|, ")
+    return head[:max(width - 4, 16)] + " ..."
 
 
 @contextmanager
@@ -18,7 +55,8 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
     if err_console.is_terminal:
         with err_console.status(title) as status:
             def update(msg: str) -> None:
-                status.update(f"{title} [{time.monotonic() - start:5.1f}s] {msg[:150]}")
+                stamp = f"{title} [{time.monotonic() - start:5.1f}s] "
+                status.update(escape(stamp + shorten(msg, err_console.width - len(stamp) - 4)))
             yield update
         return
     last = {"msg": "", "at": 0.0}
@@ -27,7 +65,10 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
         now = time.monotonic()
         head = msg.split(":")[0]
         if head != last["msg"].split(":")[0] or now - last["at"] >= LINE_EVERY_S:
-            err_console.print(f"[{now - start:5.1f}s] {msg[:200]}", soft_wrap=True)
+            stamp = f"[{now - start:5.1f}s] "
+            lines = wrap(msg, (err_console.width if os.environ.get("COLUMNS") else LOG_COLUMNS) - len(stamp))
+            text = "\n".join([stamp + lines[0]] + [" " * len(stamp) + rest for rest in lines[1:]])
+            err_console.print(text, soft_wrap=True, markup=False)
             last.update(msg=msg, at=now)
     yield line
 
