@@ -1,25 +1,61 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on the built-in default topology, start to finish.
+# `make demo`: the main job on the default topology, start to finish.
 # Brings the fabric up, shows it converged with ECMP, moves RoCEv2 KV-cache
-# transfers across it,
-# fails and heals a leaf uplink to show ECMP shrink and recover, then tears down.
+# transfers across it, fails a leaf uplink with `rocelab fail` (both ends lose
+# carrier, as real optics do) and heals it with `rocelab heal`, each with its
+# measured convergence, tears down, then runs the 4:1 incast experiment.
+#
+# DEMO_LAB=name runs the fabric under another lab name (default: the topology's);
+# DEMO_OUT=dir puts the setup log and the incast report elsewhere (default: out/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOPOLOGY=${1:-topologies/clos-2x4.yaml}
-LAB=${DEMO_LAB:-demo}
+OUT=${DEMO_OUT:-out}
 R=.venv/bin/rocelab
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then
+    bold=$'\033[1m' plain=$'\033[0m'
+else  # a log: no escapes, and tables as wide as a log reader's window rather than 80 columns
+    bold='' plain=''
+    export COLUMNS=${COLUMNS:-120}
+fi
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
+die() { echo "demo: $*" >&2; exit 1; }
 
-trap '$R down "$LAB" >/dev/null 2>&1 || true' EXIT
-$R down "$LAB" >/dev/null 2>&1 || true
+# Setup (apt packages if missing, the virtualenv) talks a lot: into a log, one line here.
+mkdir -p "$OUT"
+if make --no-print-directory setup >"$OUT/demo-setup.log" 2>&1; then
+    echo "setup: system packages and .venv ready (log: $OUT/demo-setup.log)"
+else
+    tail -n 20 "$OUT/demo-setup.log" >&2
+    die "make setup failed; the whole log is $OUT/demo-setup.log"
+fi
 
-step "rocelab up $TOPOLOGY --name $LAB"
-$R up "$TOPOLOGY" --name "$LAB"
+LAB=${DEMO_LAB:-$(.venv/bin/python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' \
+                  "$TOPOLOGY")}
+name=(); [ -n "${DEMO_LAB:-}" ] && name=(--name "$LAB")
+
+# ---- WAIT LOOP: the one place the demo waits for the lab itself --------------------------
+# Until `rocelab wait "$LAB" --until converged` replaces it: poll `status`, which exits 0
+# only once routing has settled to what the plan and the active faults require.
+wait_converged() {
+    local deadline=$((SECONDS + 30))
+    until $R status "$LAB" --json >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || die "lab $LAB did not converge within 30 s (rocelab status $LAB says why)"
+        sleep 0.2
+    done
+}
+# ---- end of WAIT LOOP ---------------------------------------------------------------------
+
+step "rocelab up $TOPOLOGY${DEMO_LAB:+ --name $LAB}"
+# A lab of this name that is already running is refused by `up` (and left alone).
+$R up "$TOPOLOGY" "${name[@]}"
+trap 'echo "demo: tearing down $LAB" >&2; $R down "$LAB" >/dev/null 2>&1 || true' EXIT
 
 step "rocelab status $LAB"
 $R status "$LAB"
 
-dst=$($R status "$LAB" --json | python3 -c 'import json,sys; h=json.load(sys.stdin)["hosts"]; print([x["address"] for x in h if x["role"]=="decode"][0])')
+dst=$($R status "$LAB" --json | .venv/bin/python -c \
+      'import json, sys; print(next(h["address"] for h in json.load(sys.stdin)["hosts"] if h["node"] == "decode1"))')
 step "leaf1's kernel FIB toward decode1 ($dst): one next hop per spine (ECMP)"
 $R exec "$LAB" leaf1 -- ip route show match "$dst"
 
@@ -32,28 +68,21 @@ $R transfer "$LAB" --src prefill1 --dst decode1 --size 64MiB --qps 4
 step "KV-cache handoffs: Llama-3-70B, 64-token prompts, 8 requests over 4 prefill/decode pairs, decode pulls (RDMA READ)"
 $R kv "$LAB" --model llama3-70b --tokens 64 --requests 8 --concurrency 4 --qps 2 --op read
 
-step "fail leaf1's uplink to spine1: ECMP on leaf1 shrinks to 1"
-$R exec "$LAB" leaf1 -- ip link set spine1 down
-for _ in $(seq 50); do
-    [ "$($R exec "$LAB" leaf1 -- ip -j route show match "$dst" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(len(r[0].get("nexthops",[0])) if r else 0)')" = 1 ] && break
-    sleep 0.1
-done
+step "rocelab fail $LAB link leaf1 spine1: carrier loss on both ends; returns once routing went around it"
+$R fail "$LAB" link leaf1 spine1
+echo "leaf1 toward decode1 now, through spine2 only:"
 $R exec "$LAB" leaf1 -- ip route show match "$dst"
-$R exec "$LAB" prefill1 -- ping -c 2 -i 0.2 "$dst"
+$R exec "$LAB" prefill1 -- ping -c 3 -i 0.2 "$dst"
 
-step "heal it: ECMP comes back (FRR 8.4 nexthop-group bug avoided)"
-$R exec "$LAB" leaf1 -- ip link set spine1 up
-for _ in $(seq 100); do
-    $R status "$LAB" --json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["converged"] else 1)' && break
-    sleep 0.1
-done
+step "rocelab heal $LAB --all: the link comes back and leaf1 has a next hop per spine again"
+$R heal "$LAB" --all
+wait_converged
 $R exec "$LAB" leaf1 -- ip route show match "$dst"
 
 step "rocelab down $LAB"
-$R down "$LAB"
 trap - EXIT
+$R down "$LAB"
 
 step "the default experiment: a 4:1 KV-cache incast on the congestion plane (400G emulated at 100 Mbit/s, ECN + PFC + DCQCN)"
-OUT=${DEMO_OUT:-out/demo-incast}
-$R run experiments/incast.yaml --out "$OUT" --name "$LAB-cc"
-echo "report: $OUT/report.html (plots and topology picture beside it)"
+$R run experiments/incast.yaml --out "$OUT/demo-incast"
+echo "report: $OUT/demo-incast/report.html (plots and the topology picture beside it)"

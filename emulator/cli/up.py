@@ -54,7 +54,7 @@ def _print(p: Plan, t: dict[str, float], checks: list[Check] | None) -> None:
         f"{len(p.hosts)} hosts, {len(p.links)} links "
         f"(realize {t['realize_s']:.2f} s, daemons {t['daemons_start_s']:.2f} s, "
         f"BGP {t['bgp_converged_s']:.2f} s, verify {t['verified_s']:.2f} s)", soft_wrap=True)
-    click.echo(f"next: rocelab status {p.lab}   rocelab exec {p.lab} {p.hosts[0].name} -- ping "
+    click.echo(f"next: rocelab status {p.lab}   rocelab exec {p.lab} {p.hosts[0].name} -- ping -c 3 "
                f"{p.hosts[-1].address}   rocelab down {p.lab}", file=sys.stdout)
     if checks is not None:
         print_checks(checks)
