@@ -17,7 +17,7 @@ from typing import Any
 
 from .engine import client
 from .engine.job import Job, TransferResult
-from .errors import RocelabError
+from .errors import NodeNotFoundError, RocelabError
 from .experiment.analysis import percentile
 from .plan import Kind, Node, Plan
 from .spec import Role
@@ -31,7 +31,7 @@ def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src")
         node = plan.node(name)
     except KeyError:
         names = ", ".join(h.name for h in plan.hosts)
-        raise RocelabError(f"{option}: no host {name!r} in lab {plan.lab}; hosts: {names}") from None
+        raise NodeNotFoundError(f"{option}: no host {name!r} in lab {plan.lab}; hosts: {names}") from None
     if node.kind is not Kind.HOST:
         raise RocelabError(f"{option}: {name} is a {node.kind.value}, not a host")
     return node

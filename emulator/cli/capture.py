@@ -11,6 +11,7 @@ from .. import lab, state
 from ..errors import RocelabError
 from ..tools import capture
 from ..units import parse_duration
+from .options import DURATION
 from .progress import err_console
 
 
@@ -23,7 +24,7 @@ from .progress import err_console
                    "Default: LAB-NODE-PORT.pcap in the current directory.")
 @click.option("--count", default=capture.DEFAULT_COUNT, show_default=True,
               type=click.IntRange(min=0), help="Stop after N packets (0: no limit).")
-@click.option("--duration", default=f"{capture.DEFAULT_DURATION_S:g}s", show_default=True,
+@click.option("--duration", default=f"{capture.DEFAULT_DURATION_S:g}s", show_default=True, type=DURATION,
               help="Stop after this long: 500ms, 10s, 2m (0: no limit).")
 @click.option("--filter", "bpf", metavar="EXPR", help="A tcpdump (BPF) filter, e.g. 'udp port 4791'.")
 def command(name: str, node: str, port: str, out: str | None, count: int, duration: str,

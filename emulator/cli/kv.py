@@ -21,12 +21,16 @@ from .progress import byte_progress
 @click.argument("name")
 @click.option("--model", "model_name", type=click.Choice(sorted(MODELS)), default="llama3-8b",
               show_default=True, help="Model whose KV cache is moved.")
-@click.option("--tokens", default=1024, show_default=True, help="Prompt tokens per request.")
+@click.option("--tokens", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="Prompt tokens per request.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="fp16", show_default=True)
-@click.option("--block", "tokens_per_block", default=16, show_default=True, help="Tokens per KV block.")
+@click.option("--block", "tokens_per_block", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Tokens per KV block.")
 @click.option("--pairs", help="SRC:DST,... (default: prefill1:decode1, prefill2:decode2, ...).")
-@click.option("--requests", default=0, help="Handoffs to run (default: one per pair).")
-@click.option("--concurrency", default=0, help="Handoffs at once (default: one per pair).")
+@click.option("--requests", default=0, type=click.IntRange(min=0),
+              help="Handoffs to run (default: one per pair).")
+@click.option("--concurrency", default=0, type=click.IntRange(min=0),
+              help="Handoffs at once (default: one per pair).")
 @click.option("--json", "as_json", is_flag=True, help="Print every request and the aggregate as JSON.")
 @engine_options
 def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,

@@ -7,7 +7,34 @@ from typing import Any
 
 import click
 
-from ..engine.job import DEFAULT_MTU, Op
+from ..engine.job import DEFAULT_MTU, ROCE_MTUS, Op
+from ..units import UnitError, parse_duration, parse_size, parse_speed
+
+
+class Quantity(click.ParamType):
+    """A size, speed or duration option parsed by units.py when the command line is read:
+    a bad value is a usage error (exit 64) before anything else happens."""
+
+    def __init__(self, name: str, parse: Callable[[str, str], Any]):
+        self.name, self._parse = name, parse
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            self._parse(value, "")
+        except UnitError as e:
+            self.fail(str(e), param, ctx)
+        return value
+
+
+SIZE = Quantity("size", parse_size)
+SPEED = Quantity("speed", parse_speed)
+DURATION = Quantity("duration", lambda v, f: parse_duration(v, f))
+
+
+def _mtu(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    if value not in ROCE_MTUS:
+        raise click.BadParameter(f"must be one of {', '.join(map(str, ROCE_MTUS))} (got {value})")
+    return value
 
 
 def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -15,8 +42,10 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed((
         click.option("--op", type=click.Choice([o.value for o in Op]), default="write",
                      show_default=True, help="write: prefill pushes; read: decode pulls (NIXL style)."),
-        click.option("--qps", default=1, show_default=True, help="Queue pairs per transfer."),
-        click.option("--mtu", default=DEFAULT_MTU, show_default=True, help="RoCE path MTU."),
+        click.option("--qps", default=1, show_default=True, type=click.IntRange(1, 64),
+                     help="Queue pairs per transfer."),
+        click.option("--mtu", default=DEFAULT_MTU, show_default=True, callback=_mtu,
+                     help="RoCE path MTU: 256, 512, 1024, 2048 or 4096."),
         click.option("--out", type=click.Path(file_okay=False),
                      help="Also write DIR/results.json, plots and report.md/report.html."),
     )):

@@ -13,7 +13,7 @@ from ..engine.job import Job, Op
 from ..errors import IntegrityError
 from ..report import record
 from ..units import Dilation, parse_size, speed_or_zero
-from .options import engine_options
+from .options import SIZE, SPEED, engine_options
 from .progress import byte_progress
 
 
@@ -21,8 +21,8 @@ from .progress import byte_progress
 @click.argument("name")
 @click.option("--src", required=True, help="Prefill host (where the data is).")
 @click.option("--dst", required=True, help="Decode host (where it must land).")
-@click.option("--size", required=True, help="Bytes: 64MiB, 1GiB, 500MB, 4096.")
-@click.option("--rate", help="Rate limit of the transfer, real-equivalent (e.g. 100G): its QPs' "
+@click.option("--size", required=True, type=SIZE, help="Bytes: 64MiB, 1GiB, 500MB, 4096.")
+@click.option("--rate", type=SPEED, help="Rate limit of the transfer, real-equivalent (e.g. 100G): its QPs' "
               "NIC rate limiters, split evenly. Default: none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @engine_options

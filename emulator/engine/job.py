@@ -21,6 +21,7 @@ from .kv import KvLayout, Segment, model
 MAX_MESSAGE = 1 << 20  # a contiguous transfer is posted as 1 MiB WRITE/READ messages
 CONTROL_PORT = 18515  # perftest's default port, for the QPN/PSN/rkey/VA exchange
 DEFAULT_MTU = 4096
+ROCE_MTUS = (256, 512, 1024, 2048, 4096)  # the IB path MTUs
 ROCE_DSCP = 26  # RoCE data on DSCP 26 / TC 3 by default
 
 
@@ -98,8 +99,8 @@ class Job:
             raise RocelabError(f"--rate: must be positive (got {self.rate_bps})")
         if self.kv is None and self.size <= 0:
             raise RocelabError(f"--size: must be positive (got {self.size})")
-        if self.mtu not in (256, 512, 1024, 2048, 4096):
-            raise RocelabError(f"--mtu: must be one of 256, 512, 1024, 2048, 4096 (got {self.mtu})")
+        if self.mtu not in ROCE_MTUS:
+            raise RocelabError(f"--mtu: must be one of {', '.join(map(str, ROCE_MTUS))} (got {self.mtu})")
 
     def layout(self) -> KvLayout | None:
         if self.kv is None:
