@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 
-demo: setup  ## the main job on the default topology
+demo:  ## the main job on the default topology (scripts/demo.sh runs setup itself, into a log)
 	@scripts/demo.sh $(TOPOLOGY)
 
 lint: setup  ## ruff over the tree, mypy over the pure modules (both configured in pyproject.toml)

@@ -81,8 +81,8 @@ def check_fib(plan: Plan) -> CheckResult:
         bad = {p: w for p, w in widths.items() if w != want}
         if bad:
             p, w = next(iter(bad.items()))
-            problems.append(f"{name} has {len(bad)} host prefixes without {want} next hops "
-                            f"(e.g. {p}: {w})")
+            problems.append(f"{name}: {len(bad)} host prefixes not at {want} next "
+                            f"hop{'s' if want != 1 else ''} (e.g. {p}: {w})")
     return CheckResult("fib", not problems, problems)
 
 

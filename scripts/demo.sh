@@ -34,17 +34,6 @@ LAB=${DEMO_LAB:-$(.venv/bin/python -c 'import sys, yaml; print(yaml.safe_load(op
                   "$TOPOLOGY")}
 name=(); [ -n "${DEMO_LAB:-}" ] && name=(--name "$LAB")
 
-# ---- WAIT LOOP: the one place the demo waits for the lab itself --------------------------
-# Until `rocelab wait "$LAB" --until converged` replaces it: poll `status`, which exits 0
-# only once routing has settled to what the plan and the active faults require.
-wait_converged() {
-    local deadline=$((SECONDS + 30))
-    until $R status "$LAB" --json >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || die "lab $LAB did not converge within 30 s (rocelab status $LAB says why)"
-        sleep 0.2
-    done
-}
-# ---- end of WAIT LOOP ---------------------------------------------------------------------
 
 step "rocelab up $TOPOLOGY${DEMO_LAB:+ --name $LAB}"
 # A lab of this name that is already running is refused by `up` (and left alone).
@@ -53,6 +42,9 @@ trap 'echo "demo: tearing down $LAB" >&2; $R down "$LAB" >/dev/null 2>&1 || true
 
 step "rocelab status $LAB"
 $R status "$LAB"
+
+step "rocelab validate $LAB: named checks a CI job can trust (exit 10 if one fails)"
+$R validate "$LAB"
 
 dst=$($R status "$LAB" --json | .venv/bin/python -c \
       'import json, sys; print(next(h["address"] for h in json.load(sys.stdin)["hosts"] if h["node"] == "decode1"))')
@@ -76,7 +68,7 @@ $R exec "$LAB" prefill1 -- ping -c 3 -i 0.2 "$dst"
 
 step "rocelab heal $LAB --all: the link comes back and leaf1 has a next hop per spine again"
 $R heal "$LAB" --all
-wait_converged
+$R wait "$LAB" --until healthy --timeout 30
 $R exec "$LAB" leaf1 -- ip route show match "$dst"
 
 step "rocelab down $LAB"

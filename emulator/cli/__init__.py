@@ -23,9 +23,15 @@ from ..errors import ExitCode, RocelabError
 def _fail(code: int, kind: str, message: str) -> None:
     """Report an error the way every command does, then exit with `code`."""
     click.echo(f"rocelab: error: {message}", err=True)
-    if "--json" in sys.argv[1:]:
+    if "--json" in _own_args():
         click.echo(json.dumps({"error": {"code": int(code), "type": kind, "message": message}}))
     sys.exit(code)
+
+
+def _own_args() -> list[str]:
+    """rocelab's own arguments: not those after `--` (exec passes them to its command)."""
+    args = sys.argv[1:]
+    return args[:args.index("--")] if "--" in args else args
 
 
 class RocelabGroup(click.Group):

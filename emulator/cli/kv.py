@@ -80,7 +80,7 @@ def _print(res: dict, out: str | None, dilation: Dilation | None) -> None:
                   f"p99 {a['handoff_p99_s']:.3f} s, max {a['handoff_max_s']:.3f} s", soft_wrap=True)
     console.print(f"retransmitted {a['retransmitted_packets']}, NAKs {a['naks_rx']}, timeouts "
                   f"{a['timeouts']}, bad ICRC drops {a['bad_icrc']}; QPs per spine "
-                  f"{a['qps_per_spine']}; integrity "
+                  f"{', '.join(f'{s} {n}' for s, n in sorted(a['qps_per_spine'].items()))}; integrity "
                   + ("[green]ok[/]" if a["integrity_ok"] else "[red]FAILED[/]"),
                   soft_wrap=True)
     if out:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
         console.print(f"  t={e['t_s']:.2f} s {e['kind']} {e.get('action', '')} "
                       f"{e.get('name') or e.get('target', '')}{what}{extra}{failed}", soft_wrap=True)
     for e in res["expectations"]:
-        shown = ", ".join(f"{k} = {v!r}" for k, v in list(e["values"].items())[:4])
+        shown = ", ".join(f"{k} = {_value(v)}" for k, v in list(e["values"].items())[:4])
         mark = "[green]ok[/]  " if e["ok"] else "[red]FAIL[/]"
         console.print(f"expect {mark} {e['expect']}: {e['problem'] or shown}", soft_wrap=True)
     console.print(f"results: {Path(out) / 'results.json'}")
@@ -82,3 +83,10 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
     if code:
         console.print(f"[red]{why}[/]", soft_wrap=True)
         sys.exit(code)
+
+
+def _value(v: object) -> str:
+    """A results value as JSON writes it: true/false/null, floats to 4 significant digits."""
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -55,6 +55,8 @@ def command(target: str | None, checks: str | None, as_json: bool, junit_path: s
     else:
         print_checks(results)
     if not all(c.ok for c in results):
+        first = next(c for c in results if not c.ok)
+        click.echo(f"rocelab: error: {first.problems[0] if first.problems else first.seen}", err=True)
         sys.exit(failed)
 
 

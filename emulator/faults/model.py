@@ -13,12 +13,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple, TypedDict
 
-from ..errors import RocelabError
+from ..errors import ExitCode, RocelabError
 from ..plan import Node, Plan
 
 
 class FaultError(RocelabError):
     """A fault cannot be injected or healed as asked (unknown target, not failed, ...)."""
+
+
+class FaultTargetError(FaultError):
+    """The fault names a node or link the lab does not have."""
+
+    exit_code = ExitCode.NOT_FOUND
 
 
 class EffectKind(str, Enum):
@@ -140,7 +146,7 @@ def link_fault(plan: Plan, a: str, b: str, silent: bool = False) -> Fault:
     na, _ = _node(plan, a), _node(plan, b)
     peers = [i.peer for i in na.interfaces]
     if b not in peers:
-        raise FaultError(f"no link {a}-{b}; {a} is linked to {', '.join(peers)}")
+        raise FaultTargetError(f"no link {a}-{b}; {a} is linked to {', '.join(peers)}")
     return Fault(FaultKind.LINK, *((b, a) if not na.is_router else (a, b)), silent=silent)
 
 
@@ -155,7 +161,7 @@ def _node(plan: Plan, name: str) -> Node:
     try:
         return plan.node(name)
     except KeyError:
-        raise FaultError(f"no node {name!r} in lab {plan.lab}; routers: "
+        raise FaultTargetError(f"no node {name!r} in lab {plan.lab}; routers: "
                          f"{', '.join(n.name for n in plan.routers)}") from None
 
 
