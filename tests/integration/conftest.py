@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -139,3 +140,18 @@ def poll(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """Read proc's stderr until a line holds `text`; fail saying what it said instead."""
+    deadline, seen = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        if ready:
+            line = proc.stderr.readline()
+            seen += line
+            if text in line:
+                return line
+            if not line:
+                break
+    raise AssertionError(f"no {text!r} from {proc.args} within {timeout} s; it said {seen!r}")

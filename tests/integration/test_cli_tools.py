@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import select
 import subprocess
 import time
 from io import BytesIO
@@ -16,7 +15,7 @@ from scapy.utils import rdpcap
 
 from emulator.errors import ExitCode
 
-from .conftest import PREFIX, ROCELAB, cli, make_lab
+from .conftest import PREFIX, ROCELAB, cli, make_lab, wait_for_line
 
 PCAP_MAGIC = b"\xd4\xc3\xb2\xa1"
 
@@ -31,21 +30,6 @@ def _tshark(pcap: Path, *args: str) -> list[str]:
     done = subprocess.run(["tshark", "-r", str(pcap), "--disable-protocol", "rpcordma", *args],
                           capture_output=True, text=True, timeout=60, check=True)
     return done.stdout.splitlines()
-
-
-def _wait_for(proc: subprocess.Popen, text: str, timeout: float) -> str:
-    """Read proc's stderr until a line holds `text`; fail saying what it said instead."""
-    deadline, seen = time.monotonic() + timeout, ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
-        if ready:
-            line = proc.stderr.readline()
-            seen += line
-            if text in line:
-                return line
-            if not line:
-                break
-    raise AssertionError(f"no {text!r} from {proc.args} within {timeout} s; it said {seen!r}")
 
 
 # -- list --------------------------------------------------------------------
@@ -152,7 +136,7 @@ def test_capture_of_a_rocev2_transfer_decodes_as_roce(lab, tmp_path):
                             "--count", "40", "--duration", "60", "-w", str(pcap)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(cap, "capturing", 20)
+        wait_for_line(cap, "capturing", 20)
         cli("transfer", lab.name, "--src", "prefill1", "--dst", "decode1", "--size", "1MiB")
         _, err = cap.communicate(timeout=60)
     finally:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from emulator import forwarding, netns
 from emulator.engine import client
+from emulator.errors import ExitCode
 from emulator.roce.fastpath import FrameBuilder, Segment
 from emulator.roce.headers import Opcode
 
@@ -50,7 +51,7 @@ def test_a_rate_limit_paces_the_transfer(fabric):
     assert res["integrity_ok"] and 0.3 <= res["goodput_gbps"] <= 0.41, res["goodput_gbps"]
     bad = cli("transfer", fabric.name, "--src", "prefill3", "--dst", "decode3", "--size", "1MiB",
               "--rate", "fast", check=False)
-    assert bad.returncode == 2 and "--rate" in bad.stderr and "'fast'" in bad.stderr
+    assert bad.returncode == ExitCode.USAGE and "--rate" in bad.stderr and "'fast'" in bad.stderr
 
 
 def _uplink_tx(lab) -> dict[str, int]:
@@ -141,10 +142,10 @@ def test_engine_alive_after_fuzzing(fabric):
 def test_bad_arguments_are_one_line(fabric):
     res = cli("transfer", fabric.name, "--src", "prefill1", "--dst", "nobody", "--size", "1MiB",
               check=False)
-    assert res.returncode == 1 and "--dst: no host 'nobody'" in res.stderr
+    assert res.returncode == ExitCode.NOT_FOUND and "--dst: no host 'nobody'" in res.stderr
     res = cli("transfer", fabric.name, "--src", "prefill1", "--dst", "decode1", "--size", "lots",
               check=False)
-    assert res.returncode == 1 and "--size" in res.stderr and res.stderr.count("\n") == 1
+    assert res.returncode == ExitCode.USAGE and "--size" in res.stderr and res.stderr.count("\n") == 1
 
 
 def test_kv_handoffs_between_many_pairs(fabric):

@@ -14,7 +14,6 @@ import json
 import multiprocessing
 import os
 import random
-import select
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from .conftest import wait_for_line
 
 pytestmark = pytest.mark.integration
 
@@ -275,7 +276,7 @@ def test_tshark_decodes_engine_packets(veth: None, tmp_path: Path) -> None:
          "-U", "-Z", "root", "-w", str(pcap), "udp", "port", "4791"],
         stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_line(dump, "listening on", 10)
+        wait_for_line(dump, "listening on", 10)
         run_pair(Plan(write_bytes=20_000, read_bytes=20_000, inject=True))
     finally:
         dump.terminate()
@@ -299,17 +300,6 @@ def _tshark(pcap: Path, *args: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    seen = ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
-        if ready:
-            line = proc.stderr.readline()
-            seen += line
-            if text in line:
-                return
-    raise AssertionError(f"tcpdump did not start: expected {text!r}, saw {seen!r}")
 
 
 @pytest.mark.parametrize("mtu", [1024, 4096])
