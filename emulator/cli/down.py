@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import click
 
 from .. import lab
@@ -8,7 +11,8 @@ from .. import lab
 @click.command("down")
 @click.argument("name", required=False)
 @click.option("--all", "all_labs", is_flag=True, help="Remove every rocelab lab on this machine.")
-def command(name: str | None, all_labs: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="What was removed, per lab, as JSON.")
+def command(name: str | None, all_labs: bool, as_json: bool) -> None:
     """Remove a lab (or --all): processes, namespaces, run dir. Idempotent.
 
     Works from kernel state alone, even after a crash.
@@ -17,6 +21,9 @@ def command(name: str | None, all_labs: bool) -> None:
     if bool(name) == all_labs:
         raise click.UsageError("give a lab name or --all (not both)")
     results = lab.down_all() if all_labs else [lab.down(name)]  # type: ignore[arg-type]
+    if as_json:
+        click.echo(json.dumps([asdict(r) | {"found": r.found} for r in results], indent=2))
+        return
     for r in results:
         what = (f"{r.processes} processes, {r.namespaces} namespaces"
                 + (", run dir" if r.run_dir else "")) if r.found else "nothing to remove"

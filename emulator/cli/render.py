@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -13,7 +14,8 @@ from .. import lab, render
               help="Directory for plan.json and <node>/<daemon>.conf: new, empty, or an earlier "
                    "render (replaced). Anything else is refused.")
 @click.option("--name", help="Lab name (default: the file's `name:`).")
-def command(topology: str, out: str, name: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="The files written, as JSON.")
+def command(topology: str, out: str, name: str | None, as_json: bool) -> None:
     """Write every node's config and the resolved plan (JSON). No root needed.
 
     DIR then holds exactly this render (ready to diff against golden files): an
@@ -24,4 +26,8 @@ def command(topology: str, out: str, name: str | None) -> None:
     """
     _, plan, rendered = lab.load_topology(topology, name)
     files = render.write(rendered, Path(out))
+    if as_json:
+        click.echo(json.dumps({"lab": plan.lab, "out": str(out), "files": [str(f) for f in files]},
+                              indent=2))
+        return
     click.echo(f"lab {plan.lab}: wrote {len(files)} files to {out}")

@@ -20,7 +20,9 @@ from .progress import progress
               help="Directory for results.json (and the report).")
 @click.option("--keep", is_flag=True, help="Leave the lab up if this run brought it up.")
 @click.option("--name", help="Lab name (default: the experiment's `lab:`, else the topology's).")
-def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the results (results.json's content) instead of the tables.")
+def command(experiment: str, out: str, keep: bool, name: str | None, as_json: bool) -> None:
     """Run an experiment: topology + flows + timed actions -> results.
 
     Exits 8 if a flow failed, 9 if data arrived corrupted, 11 if an `expect:`
@@ -33,6 +35,18 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
         res, plan = runner.run(experiment, keep=keep, name=name, progress=update)
         update(f"writing the report into {out}")
         report.save(Path(out), res, plan)
+    code, why = analysis.verdict(res)
+    if as_json:
+        click.echo(json.dumps(res, indent=1))
+    else:
+        _print(res, out)
+        if code:
+            Console().print(f"[red]{why}[/]", soft_wrap=True)
+    if code:
+        sys.exit(code)
+
+
+def _print(res: analysis.Results, out: str) -> None:
     console = Console()
     d = Dilation(res["dilation"])
     links = f"links {res['link_rate_bps'] / 1e6:g} Mbit/s, D={d:g}" if res["link_rate_bps"] else "unshaped"
@@ -79,10 +93,6 @@ def command(experiment: str, out: str, keep: bool, name: str | None) -> None:
         mark = "[green]ok[/]  " if e["ok"] else "[red]FAIL[/]"
         console.print(f"expect {mark} {e['expect']}: {e['problem'] or shown}", soft_wrap=True)
     console.print(f"results: {Path(out) / 'results.json'}")
-    code, why = analysis.verdict(res)
-    if code:
-        console.print(f"[red]{why}[/]", soft_wrap=True)
-        sys.exit(code)
 
 
 def _value(v: object) -> str:
