@@ -17,8 +17,8 @@ from ..tools.labs import LabRow, format_age, list_labs
 def command(as_json: bool) -> None:
     """Every lab on this machine: topology, routers/hosts, age and a cheap health word.
 
-    converged: every router's kernel FIB has the ECMP widths the plan requires;
-    degraded: recorded faults are in force and routed around; not-converged;
+    healthy: no fault in force, every router's kernel FIB has the full ECMP widths;
+    converged: recorded faults are in force and routed around; not-converged;
     starting; broken: traces without a state file, or namespaces/daemons missing.
     Exits 0 even when no lab runs. `rocelab status LAB` is the thorough check.
 

@@ -5,8 +5,9 @@ namespaces, tagged processes, run dirs), so a lab that lost its state file
 is listed too. The health word costs one netlink route dump per router and
 no vtysh, no pings (`rocelab status` is the thorough check):
 
-    converged      every router's kernel FIB holds the ECMP widths the plan requires
-    degraded       faults recorded by `rocelab fail` are in force and every surviving
+    healthy        no fault in force and every router's kernel FIB holds the full ECMP
+                   widths the plan requires (`status` also pings every host pair)
+    converged      faults recorded by `rocelab fail` are in force and every surviving
                    router's FIB already holds what they leave (routed around them)
     not-converged  some router's FIB differs from that (still converging, or a fault
                    `rocelab fail` did not record: `rocelab status` finds those)
@@ -28,7 +29,7 @@ from ..errors import RocelabError
 from ..paths import lab_run_dir
 from ..plan import Plan
 
-HEALTH = ("converged", "degraded", "not-converged", "starting", "broken")
+HEALTH = ("healthy", "converged", "not-converged", "starting", "broken")  # `status`'s words
 
 
 class LabRow(TypedDict):
@@ -94,7 +95,7 @@ def fib_problems(widths: dict[str, dict[str, int]], expected: dict[str, dict[str
 def health_of(lab: str, *, has_state: bool, status: str | None, missing_namespaces: list[str],
               dead_daemons: list[str], fib: list[str], faults_in_force: int) -> tuple[str, str | None]:
     """The health word and why (pure): the first of broken, starting, not-converged,
-    degraded, converged that applies."""
+    converged, healthy that applies."""
     if not has_state:
         return "broken", f"no state file (crashed?): `rocelab down {lab}` removes what is left"
     if status != "up":
@@ -109,8 +110,8 @@ def health_of(lab: str, *, has_state: bool, status: str | None, missing_namespac
         more = f" (+{len(fib) - 1} more routers)" if len(fib) > 1 else ""
         return "not-converged", fib[0] + more
     if faults_in_force:
-        return "degraded", f"{faults_in_force} fault(s) in force, routed around"
-    return "converged", None
+        return "converged", f"{faults_in_force} fault(s) in force, routed around"
+    return "healthy", None
 
 
 def _recorded_faults(lab: str) -> list[faults.Fault]:

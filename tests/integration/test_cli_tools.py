@@ -34,19 +34,19 @@ def _tshark(pcap: Path, *args: str) -> list[str]:
 
 # -- list --------------------------------------------------------------------
 
-def test_list_shows_the_lab_its_size_and_that_it_converged(lab):
+def test_list_shows_the_lab_its_size_and_that_it_is_healthy(lab):
     rows = json.loads(cli("list", "--json").stdout)
     assert isinstance(rows, list)
     row = next(r for r in rows if r["name"] == lab.name)
     assert (row["routers"], row["hosts"]) == (6, 8)
     assert row["topology"].endswith("topologies/clos-2x4.yaml")
-    assert row["health"] == "converged" and row["detail"] is None and row["faults"] == 0
+    assert row["health"] == "healthy" and row["detail"] is None and row["faults"] == 0
     assert row["namespaces"] == 14 and row["processes"] >= 12  # zebra + bgpd on 6 routers
     assert 0 <= row["age_s"] < 600
     text = cli("list").stdout.splitlines()
     assert text[0].split() == ["LAB", "TOPOLOGY", "ROUTERS", "HOSTS", "AGE", "HEALTH"]
     line = next(t for t in text if t.split()[0] == lab.name)
-    assert line.split()[2:4] == ["6", "8"] and line.split()[5] == "converged"
+    assert line.split()[2:4] == ["6", "8"] and line.split()[5] == "healthy"
 
 
 # -- vtysh -------------------------------------------------------------------

@@ -182,8 +182,8 @@ def _health(**kw):
 
 
 def test_health_words_in_order_of_precedence():
-    assert _health() == ("converged", None)
-    assert _health(faults_in_force=1)[0] == "degraded"
+    assert _health() == ("healthy", None)
+    assert _health(faults_in_force=1)[0] == "converged"
     word, why = _health(fib=["leaf1: 3 host prefixes ...", "leaf2: ..."], faults_in_force=1)
     assert word == "not-converged" and why.endswith("(+1 more routers)")
     assert _health(dead_daemons=["bgpd on spine1 (pid 9)"], fib=["x"])[0] == "broken"
@@ -224,13 +224,13 @@ def _row(**kw) -> labs.LabRow:
 def test_the_list_table_aligns_and_says_why_a_lab_is_not_converged():
     lines = list_.table([
         _row(name="h2-a", topology=str(Path.cwd() / "topologies/clos-2x4.yaml"), routers=6, hosts=8,
-             age_s=307, health="converged"),
+             age_s=307, health="healthy"),
         _row(name="h2-longer", topology="/elsewhere/t.yaml", routers=3, hosts=2, age_s=5,
              health="not-converged", detail="leaf1: 2 host prefixes ..."),
         _row(name="h2-c", detail="no state file (crashed?)"),
     ])
     assert lines[0].split() == ["LAB", "TOPOLOGY", "ROUTERS", "HOSTS", "AGE", "HEALTH"]
-    assert lines[1].split() == ["h2-a", "topologies/clos-2x4.yaml", "6", "8", "5m07s", "converged"]
+    assert lines[1].split() == ["h2-a", "topologies/clos-2x4.yaml", "6", "8", "5m07s", "healthy"]
     assert lines[2].endswith("not-converged (leaf1: 2 host prefixes ...)")
     assert "/elsewhere/t.yaml" in lines[2]
     assert lines[3].split()[:6] == ["h2-c", "-", "-", "-", "?", "broken"]
