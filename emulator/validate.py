@@ -29,6 +29,7 @@ from . import converge, faults, netns, state
 from .errors import RocelabError
 from .plan import Node, Plan
 from .spec import Expectation, Topology
+from .status import expected_sessions
 from .units import parse_size, parse_speed
 
 LIVE = ("fib", "bgp", "reach", "mtu", "roce", "congestion")
@@ -85,8 +86,6 @@ class Live:
                         f"routers as expected ({len(self.faults)} active faults)", bad
 
     def bgp(self) -> tuple[bool, str, list[str]]:
-        from .status import expected_sessions
-
         def one(node: Node) -> tuple[str, int, int]:
             up = sum(1 for p in converge.bgp_sessions(self.plan, node).values()
                      if p["state"] == "Established")

@@ -11,8 +11,9 @@ from rich.table import Table
 from .. import lab, report, state, workload
 from ..engine.job import Job, Op
 from ..errors import IntegrityError
+from ..plan import Plan
 from ..report import record
-from ..units import Dilation, parse_size, speed_or_zero
+from ..units import Dilation, parse_size, parse_speed
 from .options import SIZE, SPEED, engine_options
 from .progress import byte_progress
 
@@ -58,14 +59,9 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str,
                              "(digests differ)")
 
 
-def wall_rate(plan, rate: str | None) -> float:
-    """--rate (real-equivalent) as the engine paces it: divided by the lab's dilation."""
-    if rate is None:
-        return 0.0
-    bps = speed_or_zero(rate)
-    if not bps:
-        raise click.BadParameter(f"{rate!r} is not a speed like 100G or 25G", param_hint="--rate")
-    return plan.dilation.wall_bps(bps)
+def wall_rate(plan: Plan, rate: str | None) -> float:
+    """--rate (real-equivalent, already checked by its option type) as the engine paces it."""
+    return plan.dilation.wall_bps(parse_speed(rate, "--rate")) if rate else 0.0
 
 
 def print_transfer(res: dict, dilation: Dilation | None = None) -> None:
