@@ -6,9 +6,7 @@ from typing import Any
 import click
 
 from .. import faults, lab, state
-from ..errors import NodeNotFoundError
 from ..plan import Plan
-from ..tools import lookup
 from ..units import UnitError, parse_duration
 from .progress import progress
 
@@ -18,16 +16,12 @@ USAGE = "link A B | node N | flap A B"
 def target(plan: Plan, words: tuple[str, ...], silent: bool = False) -> faults.Fault:
     """`link A B` or `node N` (also `flap A B`) -> the fault it names.
 
-    A node or link the lab does not have is NodeNotFoundError (exit 4), naming what it has."""
+    A node or link the lab does not have is faults.FaultTargetError (exit 4), naming what it has."""
     kind, *rest = words or ("",)
     if kind in ("link", "flap") and len(rest) == 2:
-        a, b = (lookup.node(plan, n) for n in rest)
-        if not any(i.peer == b.name for i in a.interfaces):
-            raise NodeNotFoundError(f"lab {plan.lab} has no link {a.name}-{b.name}; {a.name} is "
-                                    f"linked to {', '.join(i.peer for i in a.interfaces)}")
-        return faults.link_fault(plan, a.name, b.name, silent)
+        return faults.link_fault(plan, rest[0], rest[1], silent)
     if kind == "node" and len(rest) == 1:
-        return faults.node_fault(plan, lookup.node(plan, rest[0]).name, silent)
+        return faults.node_fault(plan, rest[0], silent)
     raise click.UsageError(f"expected {USAGE}, got {' '.join(words) or 'nothing'}")
 
 

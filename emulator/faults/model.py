@@ -9,11 +9,12 @@ a host that loses its own eth0 also loses its default route).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple, TypedDict
 
-from ..errors import ExitCode, RocelabError
+from ..errors import ExitCode, NodeNotFoundError, RocelabError
 from ..plan import Node, Plan
 
 
@@ -21,8 +22,8 @@ class FaultError(RocelabError):
     """A fault cannot be injected or healed as asked (unknown target, not failed, ...)."""
 
 
-class FaultTargetError(FaultError):
-    """The fault names a node or link the lab does not have."""
+class FaultTargetError(FaultError, NodeNotFoundError):
+    """The fault names a node or link the lab does not have (exit 4, as any unknown node)."""
 
     exit_code = ExitCode.NOT_FOUND
 
@@ -143,26 +144,28 @@ class FlapEvent(_Stamp, total=False):
 
 def link_fault(plan: Plan, a: str, b: str, silent: bool = False) -> Fault:
     """The fault on the link a-b (named leaf first when a is a host)."""
-    na, _ = _node(plan, a), _node(plan, b)
+    na, _ = _node(plan, a, plan.nodes), _node(plan, b, plan.nodes)
     peers = [i.peer for i in na.interfaces]
     if b not in peers:
-        raise FaultTargetError(f"no link {a}-{b}; {a} is linked to {', '.join(peers)}")
+        raise FaultTargetError(f"lab {plan.lab} has no link {a}-{b}; {a} is linked to {', '.join(peers)}")
     return Fault(FaultKind.LINK, *((b, a) if not na.is_router else (a, b)), silent=silent)
 
 
 def node_fault(plan: Plan, name: str, silent: bool = False) -> Fault:
-    node = _node(plan, name)
+    node = _node(plan, name, plan.routers)
     if not node.is_router:
         raise FaultError(f"{name} is a host: fail its link instead (fail link {node.leaf} {name})")
     return Fault(FaultKind.NODE, name, silent=silent)
 
 
-def _node(plan: Plan, name: str) -> Node:
+def _node(plan: Plan, name: str, candidates: Sequence[Node]) -> Node:
+    """The node `name`; FaultTargetError naming the `candidates` (routers, or every node)."""
     try:
         return plan.node(name)
     except KeyError:
-        raise FaultTargetError(f"no node {name!r} in lab {plan.lab}; routers: "
-                         f"{', '.join(n.name for n in plan.routers)}") from None
+        what = "routers" if all(n.is_router for n in candidates) else "nodes"
+        raise FaultTargetError(f"no node {name!r} in lab {plan.lab}; {what}: "
+                               f"{', '.join(n.name for n in candidates)}") from None
 
 
 def links_of(plan: Plan, fault: Fault) -> list[tuple[str, str]]:
