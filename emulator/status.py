@@ -20,7 +20,7 @@ from typing import Any
 
 from . import converge, faults, netns
 from .errors import ConvergeTimeout, RocelabError
-from .faults.model import AfterState
+from .faults.model import AfterState, link_alive
 from .plan import Kind, Node, Plan
 
 
@@ -52,13 +52,17 @@ class RouterStatus:
                 and self.ecmp_min == self.ecmp_expected)
 
 
+def active_after(plan: Plan) -> tuple[list[dict[str, Any]], AfterState]:
+    """The faults in force (recorded by `rocelab fail`, or found in the kernel) and what
+    routing must converge to with them."""
+    active = faults.active(plan)
+    return active, faults.after_state(plan, [faults.Fault.from_json(r) for r in active])
+
+
 def expected_sessions(node: Node, after: AfterState) -> int:
-    if node.name in after["failed_nodes"]:
-        return 0
-    cut = {frozenset(c) for c in after["cut_links"]}
-    dead = set(after["failed_nodes"])
-    return sum(1 for i in node.interfaces if i.fabric and i.peer not in dead
-               and frozenset((node.name, i.peer)) not in cut)
+    """BGP sessions `node` should have Established once `after` is in force."""
+    up = link_alive(after)
+    return sum(1 for i in node.interfaces if i.fabric and up(node.name, i.peer))
 
 
 def router_status(plan: Plan, node: Node, after: AfterState,
@@ -85,8 +89,7 @@ def router_status(plan: Plan, node: Node, after: AfterState,
 
 def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
     """The lab's routers, hosts, faults, and whether it is converged and healthy."""
-    active = faults.active(plan)  # injected by `rocelab fail`, or found in the kernel
-    after = faults.after_state(plan, [faults.Fault.from_json(r) for r in active])
+    active, after = active_after(plan)
     expected = faults.expected_fib(plan, after)
     routers: list[RouterStatus] = netns.parallel(  # type: ignore[assignment]
         lambda n: router_status(plan, n, after, expected.get(n.name)), plan.routers)

@@ -27,9 +27,10 @@ from pyroute2 import IPRoute
 
 from . import converge, faults, netns, state
 from .errors import RocelabError
+from .faults.model import link_alive
 from .plan import Node, Plan
 from .spec import Expectation, Topology
-from .status import expected_sessions
+from .status import active_after, expected_sessions
 from .units import parse_size, parse_speed
 
 LIVE = ("fib", "bgp", "reach", "mtu", "roce", "congestion")
@@ -69,12 +70,9 @@ class Live:
 
     def __init__(self, plan: Plan):
         self.plan = plan
-        self.faults = faults.active(plan)
-        self.after = faults.after_state(plan, [faults.Fault.from_json(r) for r in self.faults])
-        cut = {frozenset(c) for c in self.after["cut_links"]}
-        dead = set(self.after["failed_nodes"])
-        self.hosts = [h for h in plan.hosts if h.leaf not in dead
-                      and frozenset((h.name, h.leaf)) not in cut]  # not isolated by a fault
+        self.faults, self.after = active_after(plan)
+        up = link_alive(self.after)
+        self.hosts = [h for h in plan.hosts if up(h.name, h.leaf or "")]  # not isolated by a fault
 
     def fib(self) -> tuple[bool, str, list[str]]:
         expected = faults.expected_fib(self.plan, self.after)

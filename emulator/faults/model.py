@@ -9,7 +9,7 @@ a host that loses its own eth0 also loses its default route).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple, TypedDict
@@ -166,6 +166,14 @@ def _node(plan: Plan, name: str, candidates: Sequence[Node]) -> Node:
         what = "routers" if all(n.is_router for n in candidates) else "nodes"
         raise FaultTargetError(f"no node {name!r} in lab {plan.lab}; {what}: "
                                f"{', '.join(n.name for n in candidates)}") from None
+
+
+def link_alive(after: Mapping[str, Any]) -> Callable[[str, str], bool]:
+    """Whether the link x-y still carries routes once `after` (an AfterState) is in force:
+    it is not cut and neither end is a failed node."""
+    cut = {frozenset(link) for link in after.get("cut_links", [])}
+    dead = set(after.get("failed_nodes", []))
+    return lambda x, y: frozenset((x, y)) not in cut and x not in dead and y not in dead
 
 
 def links_of(plan: Plan, fault: Fault) -> list[tuple[str, str]]:

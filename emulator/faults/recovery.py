@@ -29,7 +29,7 @@ from .. import converge, netns
 from ..errors import ConvergeTimeout
 from ..plan import Kind, Plan
 from . import inject
-from .model import Convergence, Fault, FaultEvent, HealEvent, links_of
+from .model import Convergence, Fault, FaultEvent, HealEvent, link_alive, links_of
 
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
@@ -41,12 +41,8 @@ Progress = Callable[[str], None]
 
 def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
     """The widths every surviving router converges to once the event's cuts are routed around."""
-    cut = {frozenset(link) for link in after.get("cut_links", [])}
+    up = link_alive(after)
     dead = set(after.get("failed_nodes", []))
-
-    def up(x: str, y: str) -> bool:
-        return frozenset((x, y)) not in cut and x not in dead and y not in dead
-
     spines = [s.name for s in plan.of_kind(Kind.SPINE)]
     out: Widths = {}
     for router in plan.routers:
