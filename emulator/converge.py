@@ -1,9 +1,13 @@
 """Is the fabric converged? Named checks over observable state, polled to a deadline.
 
 The checks, cheapest first:
-  fib      every leaf's kernel FIB holds every remote host prefix with one
-           next hop per spine (ECMP), and every spine holds every host prefix;
+  fib      every leaf's kernel FIB holds every remote host prefix (evpn: every
+           other leaf's VTEP loopback) with one next hop per spine (ECMP), and
+           every spine holds every one of them;
   bgp      every configured BGP session is Established (vtysh JSON);
+  evpn     (fabric evpn) every leaf's VNI lists every other leaf as a remote VTEP;
+  stp      (fabric l2, instead of all three) the planned root bridge won, exactly
+           the planned ports block and every other port forwards;
   reach    every host answers ICMP echo from every other host.
 `wait()` never sleeps a fixed time to "let things settle": it polls, and on
 timeout says which check failed where.
@@ -18,11 +22,12 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
-from . import netns
+from . import bridge, evpn, netns
 from .errors import ConvergeTimeout, RocelabError
 from .frr import vtysh_json
 from .plan import Kind, Node, Plan
 from .reach import unreachable_pairs
+from .spec import FabricMode
 
 POLL_S = 0.05
 Progress = Callable[[str], None]
@@ -60,13 +65,11 @@ def fib_widths_of(plan: Plan, node: Node) -> dict[str, int]:
     if not netns.exists(node.netns):
         return {}
     have = route_widths(node)
-    want = (plan.remote_host_prefixes(node) if node.kind is Kind.LEAF
-            else [plan.host_prefix(h) for h in plan.hosts])
-    return {p: have.get(p, 0) for p in want}
+    return {p: have.get(p, 0) for p in plan.fib_prefixes(node)}
 
 
 def fib_widths(plan: Plan) -> dict[str, dict[str, int]]:
-    widths = netns.parallel(lambda n: (n.name, fib_widths_of(plan, n)), plan.routers)
+    widths = netns.parallel(lambda n: (n.name, fib_widths_of(plan, n)), plan.frr_nodes)
     return dict(widths)  # type: ignore[arg-type]
 
 
@@ -81,7 +84,7 @@ def check_fib(plan: Plan) -> CheckResult:
         bad = {p: w for p, w in widths.items() if w != want}
         if bad:
             p, w = next(iter(bad.items()))
-            problems.append(f"{name}: {len(bad)} host prefixes not at {want} next "
+            problems.append(f"{name}: {len(bad)} prefixes not at {want} next "
                             f"hop{'s' if want != 1 else ''} (e.g. {p}: {w})")
     return CheckResult("fib", not problems, problems)
 
@@ -104,8 +107,61 @@ def check_bgp(plan: Plan) -> CheckResult:
         up = sum(1 for p in peers.values() if p["state"] == "Established")
         return None if up == want else f"{node.name} has {up}/{want} sessions Established"
 
-    problems = [p for p in netns.parallel(one, plan.routers) if p]
+    problems = [p for p in netns.parallel(one, plan.frr_nodes) if p]
     return CheckResult("bgp", not problems, problems)  # type: ignore[arg-type]
+
+
+def check_stp(plan: Plan) -> CheckResult:
+    """fabric l2: the planned root won, exactly the planned ports block, the rest forward."""
+    problems = [p for p in netns.parallel(lambda n: stp_problem(plan, n), plan.routers) if p]
+    return CheckResult("stp", not problems, problems)  # type: ignore[arg-type]
+
+
+def stp_problem(plan: Plan, node: Node) -> str | None:
+    assert plan.l2 is not None
+    blocked = {port for sw, port in plan.stp_blocked() if sw == node.name}
+    try:
+        with netns.entered(node.netns):
+            st = bridge.bridge_state(node, plan.l2)
+    except (RocelabError, OSError) as e:
+        return f"{node.name}: {e}"
+    root = plan.node(plan.l2.root)
+    if plan.l2.stp and not st["root"].endswith(root.bridge_mac):
+        return f"{node.name}: STP root is {st['root']}, not {plan.l2.root}"
+    for p in st["ports"]:
+        want = "blocking" if p.port in blocked else "forwarding"
+        if p.state != want:
+            return f"{node.name}: port {p.port} {p.state}, not {want}"
+    return None
+
+
+def check_evpn(plan: Plan) -> CheckResult:
+    """fabric evpn: every leaf's VNI knows every other leaf's VTEP (type-3 routes)."""
+    def one(node: Node) -> str | None:
+        try:
+            vni = evpn.vni_state(plan, node)
+        except RocelabError as e:
+            return f"{node.name}: {e}"
+        want = sorted(str(n.loopback) for n in plan.of_kind(Kind.LEAF) if n is not node)
+        if vni["remote_vteps"] != want:
+            return (f"{node.name}: VNI {vni['vni']} sees {len(vni['remote_vteps'])}/{len(want)} "
+                    "remote VTEPs")
+        return None
+
+    problems = [p for p in netns.parallel(one, plan.of_kind(Kind.LEAF)) if p]
+    return CheckResult("evpn", not problems, problems)  # type: ignore[arg-type]
+
+
+def fabric_checks(plan: Plan) -> list[CheckResult]:
+    """The control-plane checks of this fabric, cheapest first, stopping at the first failure."""
+    if plan.fabric is FabricMode.L2:
+        return [check_stp(plan)]
+    out = [check_fib(plan)]
+    for check in (check_bgp, check_evpn) if plan.fabric is FabricMode.EVPN else (check_bgp,):
+        if not out[-1].ok:
+            break
+        out.append(check(plan))
+    return out
 
 
 def heard_since(entry: dict[str, object], elapsed_s: float) -> bool:
@@ -171,12 +227,11 @@ def wait(plan: Plan, timeout_s: float, progress: Progress, marks: dict[str, floa
     deadline = time.monotonic() + timeout_s
     last: list[CheckResult] = []
     while time.monotonic() < deadline:
-        last = [check_fib(plan)]
-        if last[0].ok:
-            last.append(check_bgp(plan))
+        last = fabric_checks(plan)
         if all(c.ok for c in last):
             marks.setdefault("bgp_converged", time.monotonic())
-            progress("routing converged; checking host reachability")
+            progress(f"{'spanning tree' if plan.fabric is FabricMode.L2 else 'routing'} "
+                     "converged; checking host reachability")
             last.append(check_reach(plan, min(2.0, max(0.2, deadline - time.monotonic()))))
             if last[-1].ok:
                 marks["verified"] = time.monotonic()

@@ -54,7 +54,7 @@ def prepare_run_dirs(plan: Plan, rendered: Rendered) -> None:
     lab_dir.mkdir(mode=0o755, exist_ok=True)
     for p in (lab_dir.parent, lab_dir):
         p.chmod(0o755)
-    for node in plan.routers:
+    for node in plan.frr_nodes:
         d = node_run_dir(plan.lab, node.name)
         d.mkdir(mode=0o755, exist_ok=True)
         os.chown(d, uid, gid)
@@ -96,7 +96,7 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
     """
     cpu0 = time.process_time()
     waiting: dict[str, subprocess.Popen[bytes]] = {}
-    for node in plan.routers:
+    for node in plan.frr_nodes:
         proc = _spawn(plan, node, "zebra")
         started.append(Daemon(node.name, "zebra", proc.pid))
         waiting[node.name] = proc

@@ -120,7 +120,12 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
 def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
                    progress: Progress) -> tuple[list[frr.Daemon], float]:
     frr.prepare_run_dirs(plan, rendered)
-    progress(f"starting FRR on {len(plan.routers)} routers")
+    if plan.frr_nodes:
+        progress(f"starting FRR on {len(plan.frr_nodes)} routers")
+    else:
+        progress(f"{len(plan.routers)} bridges running 802.1D STP"
+                 + (f" (forward delay {plan.l2.forward_delay_s} s: ports forward after "
+                    f"{2 * plan.l2.forward_delay_s} s)" if plan.l2 and plan.l2.stp else ""))
     started: list[frr.Daemon] = []
     undo.callback(lambda: state.kill_pids([d.pid for d in started]))
     return started, frr.start_all(plan, started)

@@ -17,10 +17,13 @@ from typing import Any
 from .congestion.model import CongestionPlan
 from .congestion.model import resolve as resolve_congestion
 from .errors import SpecError
-from .spec import Addressing, Role, Topology
+from .spec import Addressing, FabricMode, Role, Topology
 from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
+BRIDGE = "br0"  # the one bridge of a bridging switch (fabric l2; leaves of fabric evpn)
+VXLAN_OVERHEAD = 50  # outer Ethernet + IPv4 + UDP + VXLAN: the underlay's MTU is this much larger
+STP_PRIORITY_ROOT, STP_PRIORITY_SPINE, STP_PRIORITY_LEAF = 4096, 8192, 32768
 
 
 class Kind(str, Enum):
@@ -35,8 +38,9 @@ class Interface:
     peer: str  # peer node
     peer_ifname: str
     address: str | None  # "10.1.0.0/31", or None for an unnumbered fabric port
-    fabric: bool  # leaf-spine link (BGP runs over it)
+    fabric: bool  # leaf-spine link (BGP runs over it on a routed fabric)
     port_id: int = 0  # lab-wide port number, 1.. (the BPF dataplane's key)
+    bridged: bool = False  # a port of the switch's bridge (fabric l2; evpn leaves' host ports)
 
     @property
     def mac(self) -> str:
@@ -54,7 +58,9 @@ class Node:
     loopback: str | None = None  # router-id, /32 on lo
     role: Role | None = None  # hosts only
     leaf: str | None = None  # hosts only: the leaf it hangs off
-    gateway: str | None = None  # hosts only: default route next hop
+    gateway: str | None = None  # hosts only: default route next hop (none on one L2 segment)
+    stp_priority: int | None = None  # switches holding a bridge: its STP bridge priority
+    index: int = 0  # 1-based position among nodes of its kind (spine2 -> 2)
 
     @property
     def is_router(self) -> bool:
@@ -66,6 +72,16 @@ class Node:
         if self.kind is Kind.HOST and self.interfaces[0].address:
             return self.interfaces[0].address.split("/")[0]
         return None
+
+    @property
+    def bridge(self) -> str | None:
+        """The bridge device of a bridging switch, or None."""
+        return BRIDGE if any(p.bridged for p in self.interfaces) else None
+
+    @property
+    def bridge_mac(self) -> str:
+        """Fixed bridge MAC (02:52:4c:01:KK:II): with the priority, a deterministic STP bridge id."""
+        return f"02:52:4c:01:{0 if self.kind is Kind.SPINE else 1:02x}:{self.index:02x}"
 
     def interface(self, name: str) -> Interface:
         for i in self.interfaces:
@@ -81,6 +97,24 @@ class Link:
     b: str
     b_ifname: str
     fabric: bool
+
+
+@dataclass(frozen=True)
+class L2Plan:
+    """Bridges, STP and MAC tables (fabric l2; evpn leaves use vni and the MAC limit)."""
+
+    stp: bool
+    root: str
+    forward_delay_s: int
+    hello_time_s: int
+    max_age_s: int
+    ageing_time_s: int
+    mac_table_limit: int  # 0: unlimited
+    vni: int
+
+    @property
+    def vxlan(self) -> str:
+        return f"vni{self.vni}"
 
 
 @dataclass(frozen=True)
@@ -101,6 +135,8 @@ class Plan:
     links: tuple[Link, ...]
     source: str = ""
     congestion: CongestionPlan | None = None  # None: unshaped links, no ECN/PFC/DCQCN
+    fabric: FabricMode = FabricMode.L3
+    l2: L2Plan | None = None  # fabric l2 and evpn
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -127,6 +163,54 @@ class Plan:
     @property
     def hosts(self) -> list[Node]:
         return self.of_kind(Kind.HOST)
+
+    @property
+    def frr_nodes(self) -> list[Node]:
+        """Switches that run FRR: every router, except on a bridged (l2) fabric."""
+        return [] if self.fabric is FabricMode.L2 else self.routers
+
+    @property
+    def routed(self) -> bool:
+        """Does BGP route between leaves (l3, and evpn's underlay)?"""
+        return self.fabric is not FabricMode.L2
+
+    def link_mtu(self, link: Link) -> int:
+        """A link's MTU: the hosts' MTU, plus the VXLAN header on an EVPN underlay link."""
+        return self.mtu + (VXLAN_OVERHEAD if self.fabric is FabricMode.EVPN and link.fabric else 0)
+
+    def fib_targets(self) -> list[tuple[str, str, str | None]]:
+        """(prefix, leaf, host) each router's FIB must hold: a host's /31 on l3, a leaf's
+        VTEP loopback on evpn, nothing on l2. `host` is None for a loopback."""
+        if self.fabric is FabricMode.L3:
+            return [(self.host_prefix(h), h.leaf or "", h.name) for h in self.hosts]
+        if self.fabric is FabricMode.EVPN:
+            return [(f"{leaf.loopback}/32", leaf.name, None) for leaf in self.of_kind(Kind.LEAF)]
+        return []
+
+    def fib_prefixes(self, router: Node) -> list[str]:
+        """Prefixes `router` must learn through BGP (a leaf: those of other leaves)."""
+        return [p for p, leaf, _ in self.fib_targets()
+                if router.kind is not Kind.LEAF or leaf != router.name]
+
+    def stp_blocked(self) -> list[tuple[str, str]]:
+        """(switch, port) pairs the spanning tree blocks on a healthy l2 fabric.
+
+        The root (l2.root, lowest priority) forwards on every port. Every other switch's
+        root port leads to the root (a leaf: straight up; another spine: through leaf1,
+        the lowest bridge id among equal-cost neighbours, or straight down when the root is
+        a leaf). On every remaining leaf-spine link the end nearer the root is designated
+        and the other end blocks: (spines-1) x (leaves-1) links with a spine root.
+        """
+        if self.fabric is not FabricMode.L2 or not self.l2 or not self.l2.stp:
+            return []
+        root = self.node(self.l2.root)
+        spines, leaves = self.of_kind(Kind.SPINE), self.of_kind(Kind.LEAF)
+        if root.kind is Kind.SPINE:
+            return [(s.name, leaf.name) for s in spines if s is not root
+                    for leaf in leaves if leaf is not leaves[0]]
+        # A leaf root: every spine hangs off it; other leaves reach it through spine1.
+        return [(leaf.name, s.name) for leaf in leaves if leaf is not root
+                for s in spines if s is not spines[0]]
 
     def peer_address(self, port: Interface) -> str | None:
         """The address on the far end of a port, without prefix length."""
@@ -161,19 +245,24 @@ def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
     _check_semantics(topo, source)
     spines = [f"spine{i}" for i in range(1, topo.spines + 1)]  # stable, simple names
     leaves = [f"leaf{i}" for i in range(1, topo.leaves + 1)]
-    asns = _asns(topo, source, spines, leaves)
-    loopbacks = _loopbacks(topo, source, spines + leaves)
+    routed = topo.fabric is not FabricMode.L2
+    asns = _asns(topo, source, spines, leaves) if routed else {}
+    loopbacks = _loopbacks(topo, source, spines + leaves) if routed else {}
     fabric_links, fabric_ifs = _fabric(topo, source, spines, leaves)
-    host_nodes, host_links, host_ifs = _hosts(topo, source, leaves)
+    host_nodes, host_links, host_ifs = (_hosts(topo, source, leaves)
+                                        if topo.fabric is FabricMode.L3
+                                        else _segment_hosts(topo, source, leaves))
     nodes = [
         Node(name=r, kind=Kind.SPINE if r in spines else Kind.LEAF, netns=f"{topo.name}-{r}",
-             interfaces=tuple(fabric_ifs[r] + host_ifs.get(r, [])), asn=asns[r],
-             loopback=loopbacks[r])
+             interfaces=tuple(fabric_ifs[r] + host_ifs.get(r, [])), asn=asns.get(r),
+             loopback=loopbacks.get(r), index=int(r.removeprefix("spine").removeprefix("leaf")),
+             stp_priority=_stp_priority(topo, r))
         for r in spines + leaves
     ]
     nodes = _number_ports(nodes + host_nodes)
     congestion = resolve_congestion(topo, source, set(spines + leaves),
                                     {n.name for n in host_nodes})
+    l2 = topo.l2
     return Plan(
         lab=topo.name, addressing=topo.addressing, speed_bps=parse_speed(topo.links.speed),
         mtu=topo.links.mtu, bfd_enabled=topo.bfd.enabled, bfd_interval_ms=topo.bfd.interval_ms,
@@ -182,7 +271,21 @@ def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
         fabric_pool=topo.pools.fabric if topo.addressing is Addressing.NUMBERED else None,
         nodes=tuple(nodes),
         links=tuple(fabric_links + host_links), source=source, congestion=congestion,
+        fabric=topo.fabric,
+        l2=None if topo.fabric is FabricMode.L3 else L2Plan(
+            stp=l2.stp, root=l2.root, forward_delay_s=l2.forward_delay,
+            hello_time_s=l2.hello_time, max_age_s=l2.max_age, ageing_time_s=l2.ageing_time,
+            mac_table_limit=l2.mac_table_limit, vni=l2.vni),
     )
+
+
+def _stp_priority(topo: Topology, switch: str) -> int | None:
+    """Root first, then the spines, then the leaves: a spanning tree that is predictable."""
+    if topo.fabric is not FabricMode.L2:
+        return None
+    if switch == topo.l2.root:
+        return STP_PRIORITY_ROOT
+    return STP_PRIORITY_SPINE if switch.startswith("spine") else STP_PRIORITY_LEAF
 
 
 def _number_ports(nodes: list[Node]) -> list[Node]:
@@ -209,6 +312,8 @@ def _check_semantics(topo: Topology, source: str) -> None:
             raise SpecError(source, f"asn.overrides.{node}",
                             f"no such router; routers are spine1..spine{topo.spines}, "
                             f"leaf1..leaf{topo.leaves}")
+    if topo.fabric is not FabricMode.L3:
+        _check_bridged(topo, source, routers)
     if topo.bgp.hold < 3 * topo.bgp.keepalive:
         raise SpecError(source, "bgp.hold", f"must be at least 3 x bgp.keepalive "
                         f"({3 * topo.bgp.keepalive}) (got {topo.bgp.hold})")
@@ -220,6 +325,24 @@ def _check_semantics(topo: Topology, source: str) -> None:
             if a < b and na.overlaps(nb):
                 raise SpecError(source, f"pools.{b}", f"{nb} overlaps pools.{a} ({na})")
 
+
+def _check_bridged(topo: Topology, source: str, switches: set[str]) -> None:
+    mode = topo.fabric.value
+    if topo.fabric is FabricMode.L2:
+        if topo.l2.root not in switches:
+            raise SpecError(source, "l2.root", f"no such switch; switches are spine1..spine"
+                            f"{topo.spines}, leaf1..leaf{topo.leaves}")
+        if topo.addressing is Addressing.NUMBERED:
+            raise SpecError(source, "addressing", "fabric l2 has no routed links to number; "
+                            "use unnumbered (the default) or fabric l3/evpn")
+        if topo.bfd.enabled:
+            raise SpecError(source, "bfd.enabled", "fabric l2 runs no BGP for BFD to guard; "
+                            "set it false or use fabric l3/evpn")
+        if topo.asn.overrides:
+            raise SpecError(source, "asn.overrides", "fabric l2 runs no BGP")
+    if topo.fabric is FabricMode.EVPN and topo.links.mtu + VXLAN_OVERHEAD > 65535:
+        raise SpecError(source, "links.mtu", f"fabric {mode} carries hosts' frames in VXLAN "
+                        f"({VXLAN_OVERHEAD} bytes more): at most {65535 - VXLAN_OVERHEAD}")
 
 def _asns(topo: Topology, source: str, spines: list[str], leaves: list[str]) -> dict[str, int]:
     asns = {s: topo.asn.spine for s in spines}
@@ -255,6 +378,7 @@ def _fabric(topo: Topology, source: str, spines: list[str], leaves: list[str]
     numbered = topo.addressing is Addressing.NUMBERED
     subnets = iter(_take(ipaddress.IPv4Network(topo.pools.fabric), 31, len(spines) * len(leaves),
                          source, "pools.fabric") if numbered else [])
+    bridged = topo.fabric is FabricMode.L2
     links: list[Link] = []
     ifs: dict[str, list[Interface]] = {r: [] for r in spines + leaves}
     for leaf in leaves:
@@ -262,10 +386,41 @@ def _fabric(topo: Topology, source: str, spines: list[str], leaves: list[str]
             net = next(subnets, None)
             s_addr = f"{net[0]}/31" if net else None
             l_addr = f"{net[1]}/31" if net else None
-            ifs[spine].append(Interface(leaf, leaf, spine, s_addr, fabric=True))
-            ifs[leaf].append(Interface(spine, spine, leaf, l_addr, fabric=True))
+            ifs[spine].append(Interface(leaf, leaf, spine, s_addr, fabric=True, bridged=bridged))
+            ifs[leaf].append(Interface(spine, spine, leaf, l_addr, fabric=True, bridged=bridged))
             links.append(Link(leaf, spine, spine, leaf, fabric=True))
     return links, ifs
+
+
+def _segment_hosts(topo: Topology, source: str, leaves: list[str]
+                   ) -> tuple[list[Node], list[Link], dict[str, list[Interface]]]:
+    """Hosts of one stretched L2 segment (fabric l2, evpn): every host an address of
+    pools.hosts, no gateway; each leaf's host-facing ports are bridge ports."""
+    pool = ipaddress.IPv4Network(topo.pools.hosts)
+    count = len(leaves) * topo.hosts.per_leaf
+    if pool.num_addresses - 2 < count:
+        raise SpecError(source, "pools.hosts", f"{pool} is too small: one segment of "
+                        f"{count} hosts needs at least a /{32 - (count + 1).bit_length()}")
+    addresses = iter(pool.hosts())
+    roles = _roles(topo, leaves)
+    counters = {r: 0 for r in Role}
+    nodes: list[Node] = []
+    links: list[Link] = []
+    ifs: dict[str, list[Interface]] = {}
+    for leaf in leaves:
+        ifs[leaf] = []
+        for _ in range(topo.hosts.per_leaf):
+            role = roles[leaf]
+            counters[role] += 1
+            name = f"{role.value}{counters[role]}"
+            own = f"{next(addresses)}/{pool.prefixlen}"
+            ifs[leaf].append(Interface(name, name, HOST_IFNAME, None, fabric=False, bridged=True))
+            nodes.append(Node(
+                name=name, kind=Kind.HOST, netns=f"{topo.name}-{name}", role=role, leaf=leaf,
+                index=counters[role],
+                interfaces=(Interface(HOST_IFNAME, leaf, name, own, False),)))
+            links.append(Link(leaf, name, name, HOST_IFNAME, fabric=False))
+    return nodes, links, ifs
 
 
 def _roles(topo: Topology, leaves: list[str]) -> dict[str, Role]:

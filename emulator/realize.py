@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import netns
+from . import bridge, netns
 from .errors import RealizeError
 from .netns import parallel
 from .paths import NS_TAG_PREFIX
@@ -45,6 +45,14 @@ ROUTER_SYSCTLS = {
 }
 
 
+# An l2 fabric's switches are bridges: no IP of their own, so no IPv6 link-local chatter
+# (router solicitations, MLD) from their ports filling the MAC tables the demos measure.
+BRIDGE_SWITCH_SYSCTLS = {
+    "net/ipv6/conf/all/disable_ipv6": "1",
+    "net/ipv6/conf/default/disable_ipv6": "1",
+}
+
+
 # Written only where the kernel has them (6.11+): a fixed ECMP hash seed makes
 # which spine a flow takes reproducible from run to run.
 OPTIONAL_ROUTER_SYSCTLS = {"net/ipv4/fib_multipath_hash_seed": "1234567"}
@@ -63,22 +71,24 @@ def write_sysctls(values: dict[str, str], optional: dict[str, str] | None = None
             pass
 
 
-def _tag_and_prepare(lab: str, node: Node) -> Callable[[], None]:
+def _tag_and_prepare(plan: Plan, node: Node) -> Callable[[], None]:
     def init() -> None:
-        if node.is_router:
+        if node.is_router and not plan.routed:
+            write_sysctls(COMMON_SYSCTLS | BRIDGE_SWITCH_SYSCTLS)
+        elif node.is_router:
             write_sysctls(COMMON_SYSCTLS | ROUTER_SYSCTLS, OPTIONAL_ROUTER_SYSCTLS)
         else:
             write_sysctls(COMMON_SYSCTLS)
         with IPRoute() as ipr:
             lo = ipr.link_lookup(ifname="lo")[0]
-            ipr.link("set", index=lo, ifalias=f"{NS_TAG_PREFIX}{lab}", state="up")
+            ipr.link("set", index=lo, ifalias=f"{NS_TAG_PREFIX}{plan.lab}", state="up")
     return init
 
 
 def create_namespaces(plan: Plan, undo: contextlib.ExitStack) -> None:
     def one(node: Node) -> None:
         try:
-            netns.create(node.netns, init=_tag_and_prepare(plan.lab, node))
+            netns.create(node.netns, init=_tag_and_prepare(plan, node))
         except FileExistsError:
             raise RealizeError(f"namespace {node.netns} already exists") from None
         except OSError as e:
@@ -98,9 +108,9 @@ def create_links(plan: Plan) -> None:
                 b = plan.node(link.b).interface(link.b_ifname)
                 try:
                     ipr.link("add", ifname=link.a_ifname, kind="veth", net_ns_fd=fds[link.a],
-                             mtu=plan.mtu, state="up", address=a.mac,  # up: saves a round trip
+                             mtu=plan.link_mtu(link), state="up", address=a.mac,  # up: saves a round trip
                              peer={"ifname": link.b_ifname, "net_ns_fd": fds[link.b],
-                                   "mtu": plan.mtu, "address": b.mac})
+                                   "mtu": plan.link_mtu(link), "address": b.mac})
                 except NetlinkError as e:
                     raise RealizeError(
                         f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
@@ -124,6 +134,8 @@ def _configure(plan: Plan, node: Node) -> None:
                 ipr.link("set", ifname=port.name, state="up")
         if node.gateway:
             ipr.route("add", dst="0.0.0.0/0", gateway=node.gateway)
+        if node.bridge:
+            bridge.create(ipr, plan, node)
 
 
 def _add_address(ipr: IPRoute, index: int, cidr: str) -> None:

@@ -30,7 +30,7 @@ class Rendered:
 
 def daemons_for(plan: Plan, node: Node) -> list[str]:
     """FRR daemons a node runs, in start order (zebra first: the others connect to it)."""
-    if not node.is_router:
+    if not node.is_router or not plan.routed:  # hosts; an l2 fabric's switches are bridges
         return []
     return ["zebra", "bgpd"] + (["bfdd"] if plan.bfd_enabled else [])
 

@@ -32,6 +32,12 @@ class Addressing(str, Enum):
     NUMBERED = "numbered"  # a /31 per fabric link
 
 
+class FabricMode(str, Enum):
+    L3 = "l3"  # routed Clos: BGP per link, ECMP
+    L2 = "l2"  # one stretched VLAN: a bridge per switch, 802.1D STP
+    EVPN = "evpn"  # the routed Clos as underlay, VXLAN + EVPN overlay, one L2 segment
+
+
 class Role(str, Enum):
     PREFILL = "prefill"
     DECODE = "decode"
@@ -175,6 +181,38 @@ def _check_size(v: str) -> str:
     return v
 
 
+class L2(Strict):
+    stp: bool = Field(True, description="Run the kernel's 802.1D spanning tree on every bridge "
+                      "(fabric: l2); false builds the loop the storm demo needs.")
+    root: str = Field("spine1", description="The switch STP elects root (lowest bridge "
+                      "priority); the other spines come next, leaves last.")
+    forward_delay: Annotated[int, Field(ge=2, le=30)] = Field(
+        4, description="STP forward delay, seconds (kernel: 2-30); a port waits 2 x this "
+        "(listening, learning) before it forwards.")
+    hello_time: Annotated[int, Field(ge=1, le=10)] = Field(1, description="STP hello, seconds (1-10).")
+    max_age: Annotated[int, Field(ge=6, le=40)] = Field(
+        6, description="STP max age, seconds (6-40); 802.1D needs "
+        "2 x (forward_delay - 1) >= max_age >= 2 x (hello_time + 1).")
+    ageing_time: Annotated[int, Field(ge=10, le=1000000)] = Field(
+        300, description="Seconds a learned MAC stays in a switch's table.")
+    mac_table_limit: Annotated[int, Field(ge=0, le=1000000)] = Field(
+        0, description="Most MACs a switch learns (the ASIC table model, bridge "
+        "fdb_max_learned); 0 = unlimited. Unknown destinations flood.")
+    vni: Annotated[int, Field(ge=1, le=16777215)] = Field(
+        10100, description="fabric: evpn: the L2VNI every leaf's VXLAN device carries.")
+
+    @model_validator(mode="after")
+    def _timers(self) -> L2:
+        if self.max_age > 2 * (self.forward_delay - 1):
+            raise ValueError(f"max_age {self.max_age} needs forward_delay >= "
+                             f"{self.max_age // 2 + 1 + self.max_age % 2} "
+                             "(802.1D: 2 x (forward_delay - 1) >= max_age)")
+        if self.max_age < 2 * (self.hello_time + 1):
+            raise ValueError(f"max_age {self.max_age} must be at least 2 x (hello_time + 1) "
+                             f"= {2 * (self.hello_time + 1)} (802.1D)")
+        return self
+
+
 class EcmpExpect(Strict):
     node: str = Field(description="A router.")
     to: str = Field(description="A host: the width is toward its /31.")
@@ -253,6 +291,9 @@ class Topology(Strict):
     name: str = Field(description="Lab name: lowercase letters, digits and dashes; "
                                   "namespaces are <name>-<node>.")
     description: str = Field("", description="Free text, shown nowhere but the plan.")
+    fabric: Annotated[FabricMode, Field(strict=False)] = Field(
+        FabricMode.L3, description="l3 (routed Clos), l2 (one stretched VLAN: a bridge per "
+        "switch, STP) or evpn (the routed Clos as underlay, VXLAN/EVPN overlay).")
     addressing: Annotated[Addressing, Field(strict=False)] = Field(
         Addressing.UNNUMBERED, description="unnumbered (RFC 5549) or numbered (/31 per link).")
     spines: Annotated[int, Field(ge=1, le=32)] = Field(2, description="Number of spines (1-32).")
@@ -265,6 +306,8 @@ class Topology(Strict):
     pools: Pools = Field(default_factory=Pools, description="Address pools.")
     congestion: Congestion = Field(default_factory=Congestion,
                                    description="Shaping, time dilation, ECN, PFC, DCQCN.")
+    l2: L2 = Field(default_factory=L2, description="Bridges, STP and MAC tables "
+                   "(fabric: l2; vni and mac_table_limit also for fabric: evpn).")
     validate_: dict[str, Expectation] = Field(
         default_factory=dict, alias="validate",
         description="Named expectations `rocelab validate` (and `up --validate`) checks on "

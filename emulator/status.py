@@ -7,6 +7,11 @@ Two words, two meanings:
                ECMP widths `faults.expected_fib` computes for the active faults,
                and every BGP session on a link that is not cut is Established.
                A lab with a failed link is converged once routing went around it.
+               fabric l2 (no routing): the spanning tree is stable -- the planned
+               root won and exactly the planned ports block, or, with a fault in
+               force, no port is still listening or learning and every switch
+               agrees on the root. fabric evpn adds: every leaf's VNI lists every
+               other live leaf as a remote VTEP.
     healthy    converged with nothing failed: no active fault, every session up,
                full ECMP everywhere, and every host answers every other host.
 """
@@ -18,10 +23,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import converge, faults, netns
+from . import bridge, converge, evpn, faults, netns
 from .errors import ConvergeTimeout, RocelabError
 from .faults.model import AfterState, link_alive
 from .plan import Kind, Node, Plan
+from .spec import FabricMode
 
 
 @dataclass
@@ -87,21 +93,71 @@ def router_status(plan: Plan, node: Node, after: AfterState,
     return RouterStatus(**base, sessions_up=up, prefixes_received=rx)
 
 
+def bridge_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
+    """A bridging switch: STP root, each port's state and role, MAC table size, and whether
+    its ports are where the plan (no faults) or a settled tree (faults in force) has them."""
+    assert plan.l2 is not None
+    row: dict[str, Any] = {"node": node.name, "kind": node.kind.value,
+                           "failed": node.name in after["failed_nodes"], "error": None}
+    try:
+        with netns.entered(node.netns):
+            st = bridge.bridge_state(node, plan.l2)
+    except (RocelabError, OSError) as e:
+        return row | {"error": str(e), "converged": row["failed"], "ok": False, "ports": []}
+    ports = [asdict(p) for p in st.pop("ports")]
+    planned = converge.stp_problem(plan, node) is None
+    settled = all(p["state"] in ("forwarding", "blocking", "disabled") for p in ports)
+    return row | st | {"ports": ports, "blocked": [p["port"] for p in ports
+                                                    if p["state"] == "blocking"],
+                       "converged": row["failed"] or planned or (bool(after["cut_links"] or
+                                                                   after["failed_nodes"])
+                                                               and settled),
+                       "ok": planned}
+
+
+def evpn_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
+    """An EVPN leaf: its VNI, VTEP, remote VTEPs and the type-2/type-3 routes it holds."""
+    row: dict[str, Any] = {"node": node.name, "failed": node.name in after["failed_nodes"]}
+    try:
+        vni, routes = evpn.vni_state(plan, node), evpn.route_counts(plan, node)
+    except RocelabError as e:
+        return row | {"error": str(e), "converged": row["failed"], "ok": False}
+    live = {n.name for n in plan.of_kind(Kind.LEAF)} - set(after["failed_nodes"])
+    want = sorted(str(n.loopback) for n in plan.of_kind(Kind.LEAF)
+                  if n is not node and n.name in live)
+    every = sorted(str(n.loopback) for n in plan.of_kind(Kind.LEAF) if n is not node)
+    return row | vni | routes | {"error": None, "remote_vteps_expected": len(every),
+                                 "converged": row["failed"] or vni["remote_vteps"] == want,
+                                 "ok": vni["remote_vteps"] == every}
+
+
 def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
-    """The lab's routers, hosts, faults, and whether it is converged and healthy."""
+    """The lab's routers (bridges on l2, VNIs on evpn), hosts, faults, and whether it is
+    converged and healthy."""
     active, after = active_after(plan)
     expected = faults.expected_fib(plan, after)
     routers: list[RouterStatus] = netns.parallel(  # type: ignore[assignment]
-        lambda n: router_status(plan, n, after, expected.get(n.name)), plan.routers)
-    converged = all(r.converged for r in routers)
-    whole = converged and not active and all(r.ok for r in routers)
+        lambda n: router_status(plan, n, after, expected.get(n.name)), plan.frr_nodes)
+    bridges: list[dict[str, Any]] = netns.parallel(  # type: ignore[assignment]
+        lambda n: bridge_status(plan, n, after),
+        plan.routers if plan.fabric is FabricMode.L2 else [])
+    vnis: list[dict[str, Any]] = netns.parallel(  # type: ignore[assignment]
+        lambda n: evpn_status(plan, n, after),
+        plan.of_kind(Kind.LEAF) if plan.fabric is FabricMode.EVPN else [])
+    converged = all(r.converged for r in routers) and all(
+        x["converged"] for x in bridges + vnis)
+    whole = converged and not active and all(r.ok for r in routers) and all(
+        x["ok"] for x in bridges + vnis)
     reach = converge.check_reach(plan, reach_timeout_s) if whole else None
     return {
         "lab": plan.lab,
         "converged": converged,
         "healthy": bool(reach and reach.ok),
+        "fabric": plan.fabric.value,
         "addressing": plan.addressing.value,
         "routers": [asdict(r) | {"ok": r.ok, "converged": r.converged} for r in routers],
+        "bridges": bridges,
+        "evpn": vnis,
         "hosts": [{"node": h.name, "role": h.role.value if h.role else None, "leaf": h.leaf,
                    "address": h.address} for h in plan.hosts],
         "reachability": None if reach is None else {"ok": reach.ok, "problems": reach.problems},
@@ -120,7 +176,8 @@ def verdict(st: dict[str, Any]) -> str:
                else "; ".join(st["reachability"]["problems"][:3]) if st["reachability"]
                else "not every session up or full ECMP")
         return f"converged, not healthy: {why}"
-    bad = [r["node"] for r in st["routers"] if not r["converged"]]
+    bad = [r["node"] for r in st["routers"] + st.get("bridges", []) + st.get("evpn", [])
+           if not r["converged"]]
     return f"NOT converged: {', '.join(bad)} not as the plan and active faults require"
 
 

@@ -20,6 +20,10 @@ from ..status import lab_status, verdict
 def command(name: str | None, as_json: bool) -> None:
     """Per router: BGP sessions up/configured, prefixes, ECMP width toward remote hosts.
 
+    On an l2 fabric, per switch: the STP root, its root port, the blocked ports and
+    the MAC table size (and limit). On an evpn fabric, also per leaf: the VNI, its
+    VTEP, the remote VTEPs it floods to, and its type-2 and type-3 route counts.
+
     Says whether the lab is converged (routing settled to what the plan and the
     active faults require) and healthy (nothing failed, full ECMP, every host
     reaches every other). Exits 6 when it is not converged.
@@ -37,21 +41,70 @@ def command(name: str | None, as_json: bool) -> None:
 
 
 def _print(st: dict[str, Any]) -> None:
-    table = Table(title=f"lab {st['lab']} ({st['addressing']}, {st['spines']} spines x "
-                        f"{st['leaves']} leaves)")
-    for col in ("router", "ASN", "sessions", "prefixes rx", "ECMP to hosts", "ok"):
+    console = Console()
+    if st["routers"]:
+        console.print(_routers(st))
+    if st.get("bridges"):
+        console.print(_bridges(st))
+    if st.get("evpn"):
+        console.print(_evpn(st))
+    _print_rest(st, console)
+
+
+def _title(st: dict[str, Any]) -> str:
+    mode = {"l2": "l2: one VLAN, 802.1D STP", "evpn": f"evpn over {st['addressing']}"}.get(
+        st.get("fabric", "l3"), st["addressing"])
+    return f"lab {st['lab']} ({mode}, {st['spines']} spines x {st['leaves']} leaves)"
+
+
+def _bridges(st: dict[str, Any]) -> Table:
+    table = Table(title=_title(st))
+    for col in ("switch", "STP root", "root port", "blocked ports", "other ports", "MACs", "ok"):
+        table.add_column(col)
+    for b in st["bridges"]:
+        ports = b.get("ports", [])
+        root_port = next((p["port"] for p in ports if p["role"] == "root"), "-")
+        others = [f"{p['port']} {p['state']}" for p in ports
+                  if p["role"] != "root" and p["state"] not in ("forwarding", "blocking")]
+        limit = b.get("mac_table_limit")
+        macs = f"{b.get('macs_learned', '?')}" + (f"/{limit}" if limit else "")
+        table.add_row(b["node"], ("[bold]this switch[/]" if b.get("is_root") else b.get("root", "?")),
+                      root_port, ", ".join(b.get("blocked", [])) or "-",
+                      ", ".join(others) or "all forwarding", macs,
+                      "yes" if b["ok"] else f"[red]no[/] {b.get('error') or ''}".rstrip())
+    return table
+
+
+def _evpn(st: dict[str, Any]) -> Table:
+    table = Table(title=f"EVPN (lab {st['lab']})")
+    for col in ("leaf", "VNI", "VTEP", "remote VTEPs", "MACs", "type-2", "type-3", "ok"):
+        table.add_column(col)
+    for v in st["evpn"]:
+        table.add_row(v["node"], str(v.get("vni", "?")), str(v.get("vtep", "?")),
+                      f"{len(v.get('remote_vteps', []))}/{v.get('remote_vteps_expected', '?')}",
+                      str(v.get("macs", "?")), str(v.get("type2", "?")), str(v.get("type3", "?")),
+                      "yes" if v["ok"] else f"[red]no[/] {v.get('error') or ''}".rstrip())
+    return table
+
+
+def _routers(st: dict[str, Any]) -> Table:
+    table = Table(title=_title(st) if st.get("fabric", "l3") == "l3" else
+                  f"underlay routers (lab {st['lab']})")
+    for col in ("router", "ASN", "sessions", "prefixes rx", "ECMP", "ok"):
         table.add_column(col)
     for r in st["routers"]:
         ecmp = f"{r['ecmp_min']}" + (f"-{r['ecmp_max']}" if r["ecmp_max"] != r["ecmp_min"] else "")
         table.add_row(r["node"], str(r["asn"]), f"{r['sessions_up']}/{r['sessions_configured']}",
                       str(r["prefixes_received"]), f"{ecmp} (want {r['ecmp_expected']})",
                       "yes" if r["ok"] else f"[red]no[/] {r['error'] or ''}".rstrip())
-    console = Console()
-    console.print(table)
+    return table
+
+
+def _print_rest(st: dict[str, Any], console: Console) -> None:
     reach = st["reachability"]
     hosts = len(st["hosts"])
     if reach is None:
-        console.print("host reachability: not checked (routing not converged)")
+        console.print("host reachability: not checked (not converged, or a fault in force)")
     else:
         console.print(f"host reachability ({hosts} hosts, full mesh): "
                       + ("ok" if reach["ok"] else "; ".join(reach["problems"][:5])))

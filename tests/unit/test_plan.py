@@ -10,10 +10,11 @@ import pytest
 
 from emulator.lab import load_topology
 from emulator.plan import Kind
-from emulator.spec import Addressing
+from emulator.spec import Addressing, FabricMode
 
 TOPOLOGIES = sorted(Path("topologies").glob("*.yaml"))
-GOLDEN_TOPOLOGIES = ["clos-2x4", "clos-2x4-numbered", "clos-2x4-cc", "clos-2x4-bfd"]
+GOLDEN_TOPOLOGIES = ["clos-2x4", "clos-2x4-numbered", "clos-2x4-cc", "clos-2x4-bfd", "l2-2x4",
+                     "evpn-2x4"]
 
 
 @pytest.fixture(params=TOPOLOGIES, ids=lambda p: p.stem)
@@ -55,6 +56,9 @@ def test_addresses_unique_and_in_pools(plan):
 
 
 def test_rfc7938_asns(plan):
+    if plan.fabric is FabricMode.L2:
+        assert all(n.asn is None and n.loopback is None for n in plan.routers)
+        return
     spines = {n.asn for n in plan.of_kind(Kind.SPINE)}
     leaves = [n.asn for n in plan.of_kind(Kind.LEAF)]
     assert len(spines) == 1 and len(set(leaves)) == len(leaves) and not spines & set(leaves)
@@ -64,7 +68,47 @@ def test_roles_and_gateways(plan):
     for host in plan.hosts:
         assert host.role is not None and host.name.startswith(host.role.value)
         leaf = plan.node(host.leaf)
-        assert leaf.interface(host.name).address.split("/")[0] == host.gateway
+        if plan.fabric is FabricMode.L3:
+            assert leaf.interface(host.name).address.split("/")[0] == host.gateway
+        else:  # one segment: the pool's prefix, no gateway, a bridged leaf port
+            assert host.gateway is None and leaf.interface(host.name).bridged
+            assert host.interfaces[0].address.endswith(f"/{plan.host_pool.split('/')[1]}")
+
+
+def test_bridged_ports(plan):
+    for node in plan.routers:
+        bridged = {p.name for p in node.interfaces if p.bridged}
+        if plan.fabric is FabricMode.L2:
+            assert bridged == {p.name for p in node.interfaces} and node.bridge == "br0"
+        elif plan.fabric is FabricMode.EVPN and node.kind is Kind.LEAF:
+            assert bridged == {p.name for p in node.interfaces if not p.fabric}
+        else:
+            assert not bridged and node.bridge is None
+
+
+def test_stp_tree_blocks_spines_minus_one_times_leaves_minus_one():
+    plan = load_topology("topologies/l2-2x4.yaml")[1]
+    assert plan.stp_blocked() == [("spine2", "leaf2"), ("spine2", "leaf3"), ("spine2", "leaf4")]
+    assert plan.node("spine1").stp_priority < plan.node("spine2").stp_priority \
+        < plan.node("leaf1").stp_priority
+    bigger = load_topology({"name": "x", "fabric": "l2", "spines": 3, "leaves": 5})[1]
+    assert len(bigger.stp_blocked()) == (3 - 1) * (5 - 1)
+    leaf_root = load_topology({"name": "x", "fabric": "l2", "l2": {"root": "leaf2"}})[1]
+    assert leaf_root.stp_blocked() == [("leaf1", "spine2"), ("leaf3", "spine2"),
+                                       ("leaf4", "spine2")]
+    assert load_topology({"name": "x", "fabric": "l2", "l2": {"stp": False}})[1].stp_blocked() == []
+
+
+def test_fib_targets_per_fabric():
+    l3 = load_topology("topologies/clos-2x4.yaml")[1]
+    evpn = load_topology("topologies/evpn-2x4.yaml")[1]
+    l2 = load_topology("topologies/l2-2x4.yaml")[1]
+    assert len(l3.fib_prefixes(l3.node("leaf1"))) == 6  # the other leaves' host /31s
+    assert evpn.fib_prefixes(evpn.node("leaf1")) == ["10.0.0.4/32", "10.0.0.5/32", "10.0.0.6/32"]
+    assert len(evpn.fib_prefixes(evpn.node("spine1"))) == 4
+    assert l2.fib_targets() == [] and l2.frr_nodes == []
+    assert {evpn.link_mtu(link) for link in evpn.links} == {9000, 9050}
+    assert {l3.link_mtu(link) for link in l3.links} == {9000}
 
 
 def test_default_topology_roles():
