@@ -69,15 +69,23 @@ def create(ipr: IPRoute, plan: Plan, node: Node) -> None:
     if l2.mac_table_limit:
         set_mac_limit(br, l2.mac_table_limit)
     ports = [p.name for p in node.interfaces if p.bridged]
+    for name in ports:
+        ipr.link("set", index=socket.if_nametoindex(name), master=br)
     if plan.fabric.value == "evpn":
+        # tos 1 = inherit: the outer header carries the RoCE DSCP and ECN (CE comes back
+        # to the inner header on decap, RFC 6040); without mtu= it would be 1500.
         ipr.link("add", ifname=l2.vxlan, kind="vxlan", vxlan_id=l2.vni, vxlan_local=node.loopback,
                  vxlan_port=VXLAN_PORT, vxlan_learning=0, vxlan_tos=1, vxlan_ttl=64,
                  mtu=plan.mtu)
-        ports.append(l2.vxlan)
-    for name in ports:
-        ipr.link("set", index=socket.if_nametoindex(name), master=br)
-    for name in ports[-1:] if plan.fabric.value == "evpn" else []:
-        ipr.link("set", index=socket.if_nametoindex(name), state="up")
+        vx = socket.if_nametoindex(l2.vxlan)
+        ipr.link("set", index=vx, master=br)
+        ipr.brport("set", index=vx, learning=0)  # remote MACs come from EVPN (zebra), not floods
+        ipr.link("set", index=vx, state="up")
+        # No IPv6 on br0 (FRR's SVI) or the VXLAN device: their link-local neighbours would
+        # add MAC+IP type-2 routes that come and go; one type-2 per host MAC is the model.
+        for dev in (node.bridge, l2.vxlan):
+            with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
+                f.write("1")
     ipr.link("set", index=br, state="up")
 
 

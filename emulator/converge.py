@@ -117,6 +117,18 @@ def check_stp(plan: Plan) -> CheckResult:
     return CheckResult("stp", not problems, problems)  # type: ignore[arg-type]
 
 
+def stp_states_of(plan: Plan, node: Node) -> dict[str, str]:
+    """A switch's bridge ports and their STP states ({} if its namespace is gone)."""
+    assert plan.l2 is not None
+    if not netns.exists(node.netns):
+        return {}
+    try:
+        with netns.entered(node.netns):
+            return {p.port: p.state for p in bridge.bridge_state(node, plan.l2)["ports"]}
+    except (RocelabError, OSError):
+        return {}
+
+
 def stp_problem(plan: Plan, node: Node) -> str | None:
     assert plan.l2 is not None
     blocked = {port for sw, port in plan.stp_blocked() if sw == node.name}

@@ -2,7 +2,10 @@
 
 - which spine a flow takes: the kernel's own multipath choice for the flow's
   five-tuple (`ip route get ... ipproto udp sport S dport D iif PORT` on the
-  ingress leaf; pyroute2's rtmsg does not know RTA_SPORT/RTA_DPORT yet);
+  ingress leaf; pyroute2's rtmsg does not know RTA_SPORT/RTA_DPORT yet); on
+  an l2 fabric the port the leaf's bridge learned the destination MAC on
+  (the spanning tree decides, not the flow); on evpn not knowable from here
+  (the kernel hashes the inner frame into the VXLAN source port);
 - random loss on a router (nftables `numgen random`: this kernel has no netem);
 - interface counters per node.
 """
@@ -11,12 +14,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from socket import AF_BRIDGE
 
 from pyroute2 import IPRoute
 
 from . import netns
 from .errors import RocelabError
 from .plan import Node, Plan
+from .spec import FabricMode
 
 ROCE_PORT = 4791
 LOSS_TABLE = "rocelab_loss"
@@ -30,9 +35,15 @@ def _run_in(node: Node, argv: list[str], stdin: str | None = None) -> str:
     return res.stdout
 
 
-def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_PORT) -> str:
-    """The uplink (named after the spine) src's leaf picks for this UDP flow."""
+def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_PORT
+                ) -> str | None:
+    """The uplink (named after the spine) src's leaf picks for this UDP flow; None where
+    the fabric does not say (evpn; l2 before the destination's MAC was learned)."""
     leaf = plan.node(src.leaf or "")
+    if plan.fabric is FabricMode.L2:
+        return learned_port(leaf, dst.interfaces[0].mac)
+    if plan.fabric is FabricMode.EVPN:
+        return None
     out = _run_in(leaf, ["ip", "-j", "route", "get", dst.address or "", "from", src.address or "",
                          "iif", src.name, "ipproto", "udp", "sport", str(sport),
                          "dport", str(dport)])
@@ -46,6 +57,11 @@ def sports_via(plan: Plan, src: Node, dst: Node, via: str, n: int,
     A RoCE NIC takes the source port from the QP's flow label; picking it is
     how a test pins a QP to a path through the fabric's ECMP.
     """
+    if plan.fabric is not FabricMode.L3:
+        raise RocelabError(f"via: needs fabric l3 (on {plan.fabric.value} "
+                           + ("the spanning tree picks the path)" if plan.fabric is FabricMode.L2
+                              else "the kernel hashes the inner frame into the VXLAN source "
+                              "port)"))
     found: list[int] = []
     for sport in range(first, min(65536, first + 64 * n + 256)):
         if egress_port(plan, src, dst, sport) == via:
@@ -54,6 +70,16 @@ def sports_via(plan: Plan, src: Node, dst: Node, via: str, n: int,
                 return found
     raise RocelabError(f"via: no UDP source port takes {src.name} -> {dst.name} through {via} "
                        f"(is {via} a next hop of {src.leaf}?)")
+
+
+def learned_port(switch: Node, mac: str) -> str | None:
+    """The bridge port a switch learned `mac` on (None: unknown, frames to it flood)."""
+    with netns.entered(switch.netns), IPRoute() as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        for entry in ipr.get_neighbours(family=AF_BRIDGE):
+            if entry.get_attr("NDA_LLADDR") == mac and entry.get_attr("NDA_MASTER"):
+                return names.get(entry["ifindex"])
+    return None
 
 
 def set_loss(node: Node, percent: float, iifname: str | None = None,

@@ -192,25 +192,67 @@ class Plan:
         return [p for p, leaf, _ in self.fib_targets()
                 if router.kind is not Kind.LEAF or leaf != router.name]
 
-    def stp_blocked(self) -> list[tuple[str, str]]:
-        """(switch, port) pairs the spanning tree blocks on a healthy l2 fabric.
+    def stp_tree(self, cut: frozenset[frozenset[str]] = frozenset(),
+                 dead: frozenset[str] = frozenset()) -> dict[str, dict[str, str]]:
+        """The port states 802.1D settles on (fabric l2): switch -> port -> forwarding,
+        blocking or disabled (a cut link), for the switches not in `dead`.
 
-        The root (l2.root, lowest priority) forwards on every port. Every other switch's
-        root port leads to the root (a leaf: straight up; another spine: through leaf1,
-        the lowest bridge id among equal-cost neighbours, or straight down when the root is
-        a leaf). On every remaining leaf-spine link the end nearer the root is designated
-        and the other end blocks: (spines-1) x (leaves-1) links with a spine root.
+        Every path cost is equal (veths of one speed), so each switch's root path cost
+        is its hop count to the root of its part of the fabric (the lowest bridge id:
+        priority, then the fixed bridge MAC). A switch's root port leads to its
+        best neighbour (lowest cost, then bridge id); on every other link the end
+        offering the better path is designated; what is neither blocks. Host ports
+        are designated. Empty when STP is off or the fabric is routed.
         """
         if self.fabric is not FabricMode.L2 or not self.l2 or not self.l2.stp:
-            return []
-        root = self.node(self.l2.root)
-        spines, leaves = self.of_kind(Kind.SPINE), self.of_kind(Kind.LEAF)
-        if root.kind is Kind.SPINE:
-            return [(s.name, leaf.name) for s in spines if s is not root
-                    for leaf in leaves if leaf is not leaves[0]]
-        # A leaf root: every spine hangs off it; other leaves reach it through spine1.
-        return [(leaf.name, s.name) for leaf in leaves if leaf is not root
-                for s in spines if s is not spines[0]]
+            return {}
+        switches = [n for n in self.routers if n.name not in dead]
+        alive = {n.name for n in switches}
+
+        def bid(name: str) -> tuple[int, str]:
+            node = self.node(name)
+            return (node.stp_priority or 0, node.bridge_mac)
+
+        def up(a: str, b: str) -> bool:
+            return frozenset((a, b)) not in cut and a in alive and b in alive
+
+        neighbours = {n.name: [p.peer for p in n.interfaces if p.fabric and up(n.name, p.peer)]
+                      for n in switches}
+        cost: dict[str, int] = {}
+        for start in sorted(alive, key=bid):  # each connected part from its own root
+            if start in cost:
+                continue
+            cost[start], frontier = 0, [start]
+            while frontier:
+                nxt = []
+                for a in frontier:
+                    for b in neighbours[a]:
+                        if b not in cost:
+                            cost[b] = cost[a] + 1
+                            nxt.append(b)
+                frontier = nxt
+        root_port = {a: min(neighbours[a], key=lambda b: (cost[b], bid(b)))
+                     for a in alive if cost[a] > 0}
+        tree: dict[str, dict[str, str]] = {}
+        for node in switches:
+            ports = tree[node.name] = {}
+            for p in node.interfaces:
+                if not p.fabric:
+                    ports[p.name] = "forwarding"
+                elif not up(node.name, p.peer):
+                    ports[p.name] = "disabled"
+                elif root_port.get(node.name) == p.peer or \
+                        (cost[node.name], bid(node.name)) < (cost[p.peer], bid(p.peer)):
+                    ports[p.name] = "forwarding"  # root port, or designated
+                else:
+                    ports[p.name] = "blocking"
+        return tree
+
+    def stp_blocked(self) -> list[tuple[str, str]]:
+        """(switch, port) pairs the spanning tree blocks on a healthy l2 fabric: with a spine
+        root, (spines-1) x (leaves-1) links -- every other spine keeps only leaf1."""
+        return [(sw, port) for sw, ports in self.stp_tree().items()
+                for port, st in ports.items() if st == "blocking"]
 
     def peer_address(self, port: Interface) -> str | None:
         """The address on the far end of a port, without prefix length."""
@@ -219,10 +261,6 @@ class Plan:
 
     def host_prefix(self, host: Node) -> str:
         return str(ipaddress.IPv4Interface(host.interfaces[0].address).network)
-
-    def remote_host_prefixes(self, leaf: Node) -> list[str]:
-        """Host prefixes a leaf must learn through the spines."""
-        return [self.host_prefix(h) for h in self.hosts if h.leaf != leaf.name]
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

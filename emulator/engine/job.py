@@ -32,7 +32,7 @@ class QpResult(TypedDict, total=False):
     qpn: int
     remote_qpn: int
     udp_sport: int
-    spine: str  # the uplink the source leaf chose for this QP's five-tuple
+    spine: str | None  # the uplink the source leaf chose for this QP's five-tuple (None: evpn)
     retransmitted_packets: int
     timeouts: int
     cnps_rx: int

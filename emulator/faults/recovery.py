@@ -34,8 +34,9 @@ from .model import Convergence, Fault, FaultEvent, HealEvent, link_alive, links_
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
 RESAMPLE_S = 0.5  # re-read every FIB this often anyway: a lost netlink message cannot hide a change
-Widths = dict[str, dict[str, int]]  # router -> host prefix -> next hops (0 = no route)
-Sample = tuple[float, str, dict[str, int]]
+# router -> host prefix -> next hops (0 = no route); on l2: switch -> port -> STP state
+Widths = dict[str, dict[str, Any]]
+Sample = tuple[float, str, dict[str, Any]]
 Progress = Callable[[str], None]
 
 
@@ -64,8 +65,22 @@ def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
     return out
 
 
+def expected_forwarding(plan: Plan, after: dict[str, Any]) -> Widths:
+    """What the watcher waits for: the FIB widths on a routed fabric (expected_fib); on l2,
+    every live switch port's STP state in the tree 802.1D settles on around the cuts (the
+    cut ports themselves are left out: down, or -- silent -- forwarding with no BPDUs)."""
+    if plan.routed:
+        return expected_fib(plan, after)
+    cut = frozenset(frozenset(link) for link in after.get("cut_links", []))
+    tree = plan.stp_tree(cut, frozenset(after.get("failed_nodes", [])))
+    return {sw: {port: st for port, st in ports.items() if st != "disabled"}  # type: ignore[misc]
+            for sw, ports in tree.items()}
+
+
 def _matches(state: Widths, expected: Widths) -> bool:
-    return all(state.get(r) == w for r, w in expected.items())
+    """Every expected entry holds (an l2 state may have more ports: the cut ones)."""
+    return all(state.get(r, {}).get(k) == v for r, want in expected.items() for k, v in want.items()) \
+        and all(r in state for r in expected)
 
 
 class FibWatcher:
@@ -100,7 +115,9 @@ class FibWatcher:
 
     def _sample(self, router: str) -> None:
         t = time.monotonic()
-        widths = converge.fib_widths_of(self.plan, self.plan.node(router))
+        node = self.plan.node(router)
+        widths = (converge.fib_widths_of(self.plan, node) if self.plan.routed
+                  else converge.stp_states_of(self.plan, node))
         with self._changed:
             if widths != self.current.get(router):
                 self.samples.append((t, router, widths))
@@ -147,7 +164,8 @@ def settle(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: floa
         silent = [Fault.from_json(r) for r in event["healed"] if r.get("silent")]
         converge.wait_heard(plan, [link for f in silent for link in links_of(plan, f)],
                             event["monotonic"], timeout_s)
-    watch.wait_for(expected_fib(plan, event["after"]), max(0.0, deadline - time.monotonic()))
+    watch.wait_for(expected_forwarding(plan, event["after"]),
+                   max(0.0, deadline - time.monotonic()))
 
 
 def fail_settled(plan: Plan, fault: Fault, timeout_s: float,
@@ -190,8 +208,9 @@ def _mismatch(lab: str, state: Widths, expected: Widths, timeout_s: float) -> st
         diff = {p: f"{have.get(p)} (want {w})" for p, w in want.items() if have.get(p) != w}
         if diff:
             p, d = next(iter(diff.items()))
-            bad.append(f"{router}: {len(diff)} prefixes differ, e.g. {p}: {d}")
-    return (f"lab {lab}: FIB did not reach the expected state within {timeout_s:.0f} s: "
+            bad.append(f"{router}: {len(diff)} entries differ, e.g. {p}: {d}")
+    return (f"lab {lab}: forwarding (FIB, or STP port states on l2) did not reach the "
+            f"expected state within {timeout_s:.0f} s: "
             + "; ".join(bad[:3]))
 
 
@@ -204,7 +223,7 @@ def convergence(samples: list[Sample], event: dict[str, Any], plan: Plan,
     (0.0 if they already did; None if never, within `until`).
     """
     t0 = event["monotonic"]
-    expected = expected_fib(plan, event["after"])
+    expected = expected_forwarding(plan, event["after"])
     state: Widths = {}
     for t, r, w in samples:
         if t <= t0:
@@ -227,8 +246,10 @@ def convergence(samples: list[Sample], event: dict[str, Any], plan: Plan,
 
 
 def _leaf_ecmp(plan: Plan, state: Widths) -> dict[str, list[int]]:
-    """Leaf -> [min, max] width toward remote hosts, as last seen."""
-    out = {}
+    """Leaf -> [min, max] width toward remote hosts, as last seen ({} on l2: no FIB)."""
+    out: dict[str, list[int]] = {}
+    if not plan.routed:
+        return out
     for leaf in plan.of_kind(Kind.LEAF):
         widths = list(state.get(leaf.name, {}).values()) or [0]
         out[leaf.name] = [min(widths), max(widths)]

@@ -97,7 +97,7 @@ def test_expected_fib_after_spine_and_leaf_failures(plan):
 
 
 def _sample(t, router, width, plan):
-    return (t, router, dict.fromkeys(plan.remote_host_prefixes(plan.node(router)), width))
+    return (t, router, dict.fromkeys(plan.fib_prefixes(plan.node(router)), width))
 
 
 def test_convergence_detect_settle_and_relapse(plan):

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...converge import expected_width
 from ...paths import node_run_dir
-from ...plan import Kind, Node, Plan
+from ...plan import Node, Plan
 from .. import vty
 from ..model import Families, Family, Labels, Source
 from ..model import Kind as MetricKind
@@ -30,11 +30,11 @@ class Collector(Source):
     name = NAME
 
     def applies(self) -> bool:
-        return bool(self.plan.routers)
+        return bool(self.plan.frr_nodes)
 
     def fetch(self) -> dict[str, dict[str, str]]:
         out = {}
-        for node in self.plan.routers:
+        for node in self.plan.frr_nodes:
             d = node_run_dir(self.plan.lab, node.name)
             try:
                 out[node.name] = {"summary": vty.command(d / "bgpd.vty", SUMMARY),
@@ -46,7 +46,7 @@ class Collector(Source):
     @staticmethod
     def parse(raw: dict[str, dict[str, str]], plan: Plan) -> list[Family]:
         fams = Families(plan.lab)
-        for node in plan.routers:
+        for node in plan.frr_nodes:
             got = raw.get(node.name, {"error": "not fetched"})
             ok = "error" not in got
             labels = fams.labels(node=node.name)
@@ -88,8 +88,7 @@ def _sessions(fams: Families, plan: Plan, node: Node, labels: Labels,
 
 
 def _ecmp(fams: Families, plan: Plan, node: Node, labels: Labels, routes: dict[str, Any]) -> None:
-    want = (plan.remote_host_prefixes(node) if node.kind is Kind.LEAF
-            else [plan.host_prefix(h) for h in plan.hosts])
+    want = plan.fib_prefixes(node)  # host /31s (l3) or VTEP loopbacks (evpn)
     widths = [_width(routes.get(p, [])) for p in want] or [0]
     for name, value, help_ in (
             ("ecmp_min_paths", min(widths), "Fewest installed next hops toward a host prefix."),

@@ -1,0 +1,117 @@
+"""fabric: l2 and fabric: evpn for real: kernel STP and bridges, FRR EVPN over VXLAN.
+
+l2-2x4: spine1 wins the root election, exactly spine2's ports to leaf2-4 block,
+every host reaches every other, a KV transfer arrives intact, a failed leaf
+uplink is routed around by STP (seconds: listening + learning) and healed.
+evpn-2x4: every VTEP sees every other (type-3 routes), hosts reach each other
+across VXLAN at full MTU, a transfer is intact, and a MAC table limit keeps
+the bridge from learning more.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emulator import bridge, netns, state
+from emulator.engine import client
+from emulator.engine.job import Job, Op
+from emulator.paths import node_run_dir
+
+from .conftest import PREFIX, cli, make_lab
+
+
+@pytest.fixture(scope="module")
+def l2():
+    yield from make_lab("topologies/l2-2x4.yaml", f"{PREFIX}l2")
+
+
+@pytest.fixture(scope="module")
+def evpn():
+    yield from make_lab("topologies/evpn-2x4.yaml", f"{PREFIX}evpn")
+
+
+def _transfer(plan, src: str, dst: str, size: int = 8 << 20) -> dict:
+    a, b = plan.node(src), plan.node(dst)
+    client.ensure_engines(plan, [a, b])
+    return dict(client.transfer(plan, a, b, Job(Op.WRITE, size=size, qps=2, timeout_s=30)))
+
+
+def test_l2_spanning_tree_is_the_planned_one(l2):
+    st = l2.status()
+    assert st["converged"] and st["healthy"] and st["fabric"] == "l2"
+    assert st["routers"] == [] and st["evpn"] == []
+    bridges = {b["node"]: b for b in st["bridges"]}
+    assert [n for n, b in bridges.items() if b["is_root"]] == ["spine1"]
+    blocked = {(n, p) for n, b in bridges.items() for p in b["blocked"]}
+    assert blocked == {("spine2", "leaf2"), ("spine2", "leaf3"), ("spine2", "leaf4")}
+    assert all(p["role"] == "root" for n, b in bridges.items() if n != "spine1"
+               for p in b["ports"] if p["port"] == ("leaf1" if n == "spine2" else "spine1"))
+    assert {b["root"] for b in bridges.values()} == {bridges["spine1"]["bridge_id"]}
+    assert bridges["leaf1"]["macs_learned"] >= 8  # every host MAC after the reach check
+    # No FRR at all on an l2 fabric: no configs, no daemons.
+    assert not any((node_run_dir(l2.name, n.name) / "zebra.conf").exists() for n in l2.plan.routers)
+    assert not [pid for pid, tag in state.tagged_processes().items() if tag == l2.name]
+
+
+def test_l2_status_human_output_names_the_tree(l2):
+    out = cli("status", l2.name).stdout
+    assert "802.1D STP" in out and "this switch" in out and "leaf2" in out
+
+
+def test_l2_transfer_is_intact_and_crosses_spine1(l2):
+    r = _transfer(l2.plan, "prefill1", "decode3")
+    assert r["integrity_ok"]
+    assert {q["spine"] for q in r["qps"]} == {"spine1"}  # the tree, not ECMP
+
+
+def test_l2_uplink_failure_reconverges_through_the_blocked_link(l2):
+    res = cli("fail", l2.name, "link", "leaf1", "spine1", "--json", timeout=90)
+    ev = json.loads(res.stdout)
+    conv = ev["convergence"]
+    assert conv["settled"]
+    # 802.1D: the new path forwards only after listening + learning (2 x forward delay).
+    assert conv["converge_s"] >= 2 * l2.plan.l2.forward_delay_s
+    st = l2.status()
+    assert st["converged"] and not st["healthy"]
+    bridges = {b["node"]: b for b in st["bridges"]}
+    # spine2 now reaches the root through another leaf; leaf1 reaches it through spine2.
+    assert next(p for p in bridges["leaf1"]["ports"] if p["port"] == "spine2")["role"] == "root"
+    assert len([p for b in bridges.values() for p in b["blocked"]]) == 2  # one link fewer to block
+    assert _transfer(l2.plan, "prefill1", "decode3")["integrity_ok"]
+    heal = json.loads(cli("heal", l2.name, "--all", "--json", timeout=90).stdout)
+    assert heal["convergence"]["settled"]
+    assert l2.status()["healthy"]
+
+
+def test_evpn_every_vtep_sees_every_other(evpn):
+    st = evpn.status()
+    assert st["converged"] and st["healthy"] and st["fabric"] == "evpn"
+    loopbacks = {n.name: n.loopback for n in evpn.plan.of_kind(evpn.plan.node("leaf1").kind)}
+    for v in st["evpn"]:
+        assert v["vni"] == 10100 and v["vtep"] == loopbacks[v["node"]]
+        assert v["remote_vteps"] == sorted(ip for n, ip in loopbacks.items() if n != v["node"])
+        assert v["type3"] == 4  # one inclusive-multicast route per VTEP
+        assert v["type2"] >= 8  # every host MAC, after the reach check's pings
+    assert all(r["sessions_up"] == r["sessions_configured"] for r in st["routers"])
+
+
+def test_evpn_full_mtu_crosses_vxlan(evpn):
+    # 9000-byte host frames in VXLAN: the underlay runs at 9050.
+    res = evpn.exec("prefill1", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", "8972",
+                    evpn.plan.node("decode4").address)
+    assert res.returncode == 0
+
+
+def test_evpn_transfer_is_intact(evpn):
+    r = _transfer(evpn.plan, "prefill2", "decode2")
+    assert r["integrity_ok"] and r["bytes"] == 8 << 20
+
+
+def test_evpn_leaf_bridges_host_ports_and_the_vxlan_device(evpn):
+    plan = evpn.plan
+    leaf = plan.node("leaf1")
+    with netns.entered(leaf.netns):
+        st = bridge.bridge_state(leaf, plan.l2)
+    assert {p.port for p in st["ports"]} == {"prefill1", "prefill2", plan.l2.vxlan}
