@@ -20,7 +20,9 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from . import netns
 from .errors import RealizeError
+from .plan import BRIDGE as BRIDGE_NAME
 from .plan import L2Plan, Node, Plan
 
 USER_HZ = 100  # STP timers cross netlink in clock_t (centiseconds)
@@ -145,3 +147,26 @@ def _bridge_id(v: Any) -> str:
         prio = int(v.get("prio", 0))
         return f"{((prio & 0xFF) << 8) | (prio >> 8):04x}.{v.get('addr', '?')}"
     return str(v)
+
+
+def _each_bridge(plan: Plan, fn: Any) -> None:
+    """Run fn(ipr, bridge index) in every bridging switch of the lab, in parallel."""
+    def one(node: Node) -> None:
+        with netns.entered(node.netns), IPRoute() as ipr:
+            fn(ipr, socket.if_nametoindex(node.bridge or BRIDGE_NAME))
+
+    netns.parallel(one, [n for n in plan.routers if n.bridge])
+
+
+def set_stp(plan: Plan, enabled: bool) -> None:
+    """STP on or off on every bridge. Off on a fabric with redundant links is a loop: every
+    blocked port forwards at once. On again: every port restarts at listening (no
+    forwarding) and the tree is rebuilt after 2 x forward delay."""
+    _each_bridge(plan, lambda ipr, br: ipr.link("set", index=br, kind="bridge",
+                                                br_stp_state=int(enabled)))
+
+
+def flush_macs(plan: Plan) -> None:
+    """Forget every learned MAC on every bridge (what a topology change does)."""
+    _each_bridge(plan, lambda ipr, br: ipr.link("set", index=br, kind="bridge",
+                                                br_fdb_flush=True))

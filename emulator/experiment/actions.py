@@ -1,5 +1,7 @@
 """Actions on an experiment's timeline: ECN off on a switch, a host that stops
-draining, a DCQCN profile change, a fault. Each is recorded with its time."""
+draining, a DCQCN profile change, a fault, and the L2 demos' own: a broadcast
+burst, a bystander churning MAC tables, STP off (a loop). Each is recorded with
+its time."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import threading
 import time
 from typing import Any
 
-from .. import faults  # faults.apply: the entry point `rocelab fail` uses too
+from .. import bridge, faults, forwarding, frames, watchdog  # faults.apply: as `rocelab fail`
 from ..congestion.maps import set_ecn
 from ..congestion.pause import set_drain
 from ..engine import client
 from ..errors import RocelabError
-from ..plan import Plan
+from ..plan import Kind, Node, Plan
+from ..spec import FabricMode
+from ..state import kill_pids
 from ..units import parse_duration
 from .spec import Action
 
@@ -31,13 +35,70 @@ def apply(plan: Plan, action: Action) -> dict[str, Any]:
     return {"kind": kind, **args}
 
 
+SETTLE_COUNTERS_S = 0.2  # after a burst, before reading what it caused
+WATCHDOG_GRACE_S = 2.0  # the storm's hard stop: this long after the experiment's deadline
+
+
+def _uplink_tx_packets(leaf: Node) -> tuple[int, int]:
+    """(uplink tx packets, VXLAN device tx packets) of a leaf."""
+    counters = forwarding.port_counters(leaf)
+    uplinks = sum(counters.get(p.name, {}).get("tx_packets", 0) for p in leaf.interfaces if p.fabric)
+    vxlan = sum(c["tx_packets"] for name, c in counters.items() if name.startswith("vni"))
+    return uplinks, vxlan
+
+
+def broadcast(plan: Plan, args: dict[str, Any]) -> dict[str, Any]:
+    """A burst of broadcast ARP requests from a host, and the copies its leaf sent upstream:
+    0 on l3 (a router does not forward broadcasts), one per forwarding uplink on l2, one per
+    remote VTEP on evpn (head-end replication: VTEPs - 1)."""
+    host = plan.node(args["host"])
+    leaf = plan.node(host.leaf or "")
+    up0, vx0 = _uplink_tx_packets(leaf)
+    t = time.monotonic()
+    sent = frames.broadcast_burst(plan, host, args["frames"], args["pps"])
+    burst_s = time.monotonic() - t
+    time.sleep(SETTLE_COUNTERS_S)
+    up1, vx1 = _uplink_tx_packets(leaf)
+    return {"host": host.name, "leaf": leaf.name, "frames": sent, "burst_s": round(burst_s, 4),
+            "uplink_packets": up1 - up0, "vxlan_packets": vx1 - vx0,
+            "uplink_copies_per_frame": round((up1 - up0) / sent, 3) if sent else None,
+            "remote_vteps": (len(plan.of_kind(Kind.LEAF)) - 1
+                             if plan.fabric is FabricMode.EVPN else None)}
+
+
 class Timeline(threading.Thread):
-    def __init__(self, plan: Plan, actions: list[Action], t0: float):
+    def __init__(self, plan: Plan, actions: list[Action], t0: float,
+                 deadline: float | None = None):
         super().__init__(name="timeline", daemon=True)
         self.plan, self.t0 = plan, t0
+        self.deadline = deadline  # the experiment's end (monotonic): the storm's hard stop
         self.actions = sorted(actions, key=lambda a: parse_duration(a.at))
         self.events: list[dict[str, Any]] = []
         self._halt = threading.Event()
+        self._churns: list[frames.MacChurn] = []
+        self._watchdog: int | None = None
+
+    def _apply(self, action: Action) -> dict[str, Any]:
+        """The actions that leave something running (churn, a loop) are the timeline's."""
+        kind, args = action.kind, getattr(action, action.kind)
+        if kind == "churn":
+            if args["flush"] and self.plan.fabric is not FabricMode.L3:
+                bridge.flush_macs(self.plan)  # start from empty tables: the churn fills them
+            churn = frames.MacChurn(self.plan.node(args["host"]), args["macs"], args["pps"])
+            churn.start()
+            self._churns.append(churn)
+            return {"kind": kind, **args}
+        if kind == "stp":
+            if self.plan.fabric is not FabricMode.L2:
+                raise RocelabError(f"stp: needs fabric l2 (this lab is {self.plan.fabric.value})")
+            if not args["enabled"] and self._watchdog is None:
+                left = (self.deadline or time.monotonic() + 60.0) - time.monotonic()
+                self._watchdog = watchdog.start(self.plan, max(0.0, left) + WATCHDOG_GRACE_S)
+            bridge.set_stp(self.plan, args["enabled"])
+            return {"kind": kind, **args}
+        if kind == "broadcast":
+            return {"kind": kind, **broadcast(self.plan, args)}
+        return apply(self.plan, action)
 
     def run(self) -> None:
         for action in self.actions:
@@ -45,7 +106,7 @@ class Timeline(threading.Thread):
             if self._halt.wait(max(0.0, wait)):
                 return
             try:
-                done = apply(self.plan, action)
+                done = self._apply(action)
             except (RocelabError, OSError, KeyError) as e:
                 done = {"kind": action.kind, "error": str(e)}
             self.events.append({"t_s": round(time.monotonic() - self.t0, 4), **done})
@@ -57,8 +118,15 @@ class Timeline(threading.Thread):
         self.join()
 
     def restore(self) -> None:
-        """Put every congestion knob an action touched back as the topology configures it,
+        """Stop what actions left running (churn; STP off: back on, its watchdog stopped) and
+        put every congestion knob an action touched back as the topology configures it,
         so a kept lab runs the next experiment as declared."""
+        for churn in self._churns:
+            churn.stop()
+        if self._watchdog is not None:
+            bridge.set_stp(self.plan, bool(self.plan.l2 and self.plan.l2.stp))
+            kill_pids([self._watchdog])
+            self._watchdog = None
         cp = self.plan.congestion
         if cp is None:
             return
