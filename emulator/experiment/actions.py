@@ -89,8 +89,9 @@ class Timeline(threading.Thread):
             self._churns.append(churn)
             return {"kind": kind, **args}
         if kind == "stp":
-            if self.plan.fabric is not FabricMode.L2:
-                raise RocelabError(f"stp: needs fabric l2 (this lab is {self.plan.fabric.value})")
+            if self.plan.fabric is not FabricMode.L2:  # side by side with l2: nothing to loop
+                return {"kind": kind, **args, "skipped": f"fabric {self.plan.fabric.value} runs "
+                        "no spanning tree (routed links: a loop is cut by TTL, not STP)"}
             if not args["enabled"] and self._watchdog is None:
                 left = (self.deadline or time.monotonic() + 60.0) - time.monotonic()
                 self._watchdog = watchdog.start(self.plan, max(0.0, left) + WATCHDOG_GRACE_S)
