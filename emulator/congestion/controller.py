@@ -30,7 +30,7 @@ from .. import netns, state
 from ..paths import lab_run_dir
 from ..plan import Interface, Node, Plan
 from . import libbpf, qos
-from .maps import pack_cfg
+from .maps import MAX_PORTS, pack_cfg
 
 log = logging.getLogger("rocelab.controller")
 SOURCE = Path(__file__).parent / "bpf" / "fabric.bpf.c"
@@ -58,8 +58,12 @@ class Controller:
         self.paused_s: dict[str, float] = {}
         self.reactions_us: list[float] = []
         self.pauses = 0
+        self._rb: int | None = None
 
     def setup(self) -> None:
+        bad = sorted(pid for pid in self.ports if not 0 < pid < MAX_PORTS)
+        if bad:  # the program's port is its filter's classid, < MAX_PORTS (12 bits in tc_index)
+            raise libbpf.BpfError(f"port ids {bad} outside 1..{MAX_PORTS - 1}")
         obj_path = libbpf.compile_object(SOURCE, self.run_dir / "fabric.bpf.o")
         self.obj = libbpf.BpfObject(obj_path)
         self._fill_maps()
@@ -67,13 +71,14 @@ class Controller:
         for node in self.plan.nodes:
             with netns.entered(node.netns), IPRoute() as ipr:
                 for port in node.interfaces:
-                    qos.apply_port(ipr, port.name, self.cp, self.plan.mtu, eg, ing)
+                    qos.apply_port(ipr, port.name, self.cp, self.plan.mtu, eg, ing, port.port_id)
                     raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
                     raw.bind((port.name, 0))
                     self.raw[port.port_id] = raw
             for port in node.interfaces:
                 self._switch(node, port)  # prebuild every pause switch now, not on the hot path
             qos.keep_order(node.netns, [p.name for p in node.interfaces])
+        libbpf.update(self.obj.map_fd("armed"), 0, struct.pack("=I", 1))  # every port: count
         ids = {name: libbpf.map_id(self.obj.map_fd(name)) for name in ("cfg", "stats", "dscp_tc")}
         (self.run_dir / "bpf.json").write_text(json.dumps({"maps": ids, "ports": len(self.ports)}))
 
@@ -138,17 +143,37 @@ class Controller:
         tmp.write_text(json.dumps(data))
         tmp.replace(self.run_dir / "pfc.json")
 
+    def poll(self, timeout_ms: int) -> None:
+        """React to the ring buffer's events for up to timeout_ms (serve's loop; tests)."""
+        if self._rb is None:
+            self._callback = libbpf.RingCallback(self.on_event)  # held: libbpf calls it later
+            self._rb = libbpf.lib().ring_buffer__new(self.obj.map_fd("events"), self._callback,
+                                                     None, None)
+            if not self._rb:
+                raise libbpf.BpfError("ring_buffer__new failed")
+        libbpf.lib().ring_buffer__poll(self._rb, timeout_ms)
+
+    def close(self) -> None:
+        """Release the ring buffer, sockets and BPF object (filters stay while their ports do)."""
+        if self._rb is not None:
+            libbpf.lib().ring_buffer__free(self._rb)
+            self._rb = None
+        for sock in [*self.raw.values(), *self.nl.values()]:
+            sock.close()
+        self.raw.clear()
+        self.nl.clear()
+        self.switches.clear()
+        if hasattr(self, "obj"):
+            self.obj.close()
+
     def serve(self) -> None:
-        callback = libbpf.RingCallback(self.on_event)
-        rb = libbpf.lib().ring_buffer__new(self.obj.map_fd("events"), callback, None, None)
-        if not rb:
-            raise libbpf.BpfError("ring_buffer__new failed")
+        self.poll(0)
         (self.run_dir / "controller.ready").write_text("ok\n")
         stop = {"now": False}
         signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
         next_report = 0.0
         while not stop["now"]:
-            libbpf.lib().ring_buffer__poll(rb, 50)
+            self.poll(50)
             if time.monotonic() >= next_report:
                 self.report()
                 next_report = time.monotonic() + REPORT_EVERY_S

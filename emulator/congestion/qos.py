@@ -5,7 +5,8 @@
        ├─ 1:16 TC 6 (CNP, routing control)  prio 0  -> bfifo       served first
        ├─ 1:13 TC 3 (RoCE, lossless)       prio 1  -> tbf 13:     the pause switch
        └─ 1:10 TC 0 (everything else)      prio 2  -> bfifo       lossy, tail drop
-    clsact: the fabric BPF program on ingress and egress (classifies: skb->priority)
+    clsact: the fabric BPF program on ingress and egress (classifies: skb->priority),
+            each filter's classid the port's lab-wide id (how the program knows its port)
 
 Pausing TC 3 sets its TBF to a crawl; resuming sets it back to R and sends
 one "kick" frame through it, because TBF only restarts on an enqueue (an
@@ -45,7 +46,12 @@ def classid(tc: int) -> int:
 
 
 def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
-               egress_fd: int, ingress_fd: int) -> None:
+               egress_fd: int, ingress_fd: int, port_id: int) -> None:
+    """Shape one port and attach the fabric program to it as port `port_id`.
+
+    The program reads its port from skb->tc_classid, which cls_bpf sets to the
+    filter's classid (its 16-bit minor) before every run: the id travels with
+    the attachment, not with frames, so it holds on bridged ports too."""
     idx = socket.if_nametoindex(ifname)
     rate, burst = f"{cp.rate_bps}bit", burst_bytes(cp.rate_bps, mtu)
     ipr.tc("add", "htb", idx, 0x10000, default=0x10)
@@ -64,7 +70,7 @@ def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
     for parent, fd, name in ((EGRESS, egress_fd, "fabric_egress"),
                              (INGRESS, ingress_fd, "fabric_ingress")):
         ipr.tc("add-filter", "bpf", idx, ":1", fd=fd, name=name, parent=parent,
-               classid=1, direct_action=True)
+               classid=port_id, direct_action=True)
 
 
 def keep_order(netns_name: str, ifnames: list[str]) -> None:

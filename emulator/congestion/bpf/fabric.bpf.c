@@ -1,18 +1,26 @@
 // rocelab fabric dataplane: one BPF object per lab, attached with clsact to
 // every port of every node (ingress and egress).
 //
-// Port identity: every lab port has a MAC 02:52:4c:00:HI:LO whose low 16
-// bits are its port id, so one program serves all namespaces without
-// per-namespace lookups: egress reads the source MAC, ingress the
-// destination MAC.
+// Port identity: the controller attaches each port's two filters with the
+// port's lab-wide id as their classid (cls_bpf, minor number). cls_bpf sets
+// skb->tc_classid to the running filter's classid before the program runs,
+// so the program knows which port it serves from the attachment itself: one
+// program serves all namespaces, and no frame field is trusted. (MACs did
+// this job when every hop rewrote them; a bridge keeps the hosts' MACs end
+// to end. bpf_get_netns_cookie(skb) is no help: at tc it returns the netns
+// of the skb's socket, or init_net's, not the device's.)
 //
 // Per (port, TC) the maps hold:
 //   queued   bytes in this port's egress queue: + at our egress, - when the
 //            frame arrives at the peer's ingress (veth delivers at once, so
-//            that is when it left our queue);
+//            that is when it left our queue). Every frame counts, unicast,
+//            flooded or multicast, except 802.1Qbb frames (never queued):
+//            both ends apply the same test, so the two stay balanced;
 //   buffered bytes held in this switch that came in through this port:
 //            + at the switch's egress (tagged with its ingress port in
-//            skb->tc_index, which survives veth), - at the next hop's ingress.
+//            skb->tc_index, which survives veth, bridge forwarding and
+//            flooding (clones copy it) and VXLAN encap/decap), - at the next
+//            hop's ingress.
 // Egress: classify DSCP -> TC (skb->priority = HTB class 1:1<tc>), mark CE
 // RED-style on `queued`, count. Above XOFF `buffered` sends an XOFF event
 // on the ring buffer (the controller pauses the upstream port); below XON,
@@ -73,11 +81,22 @@ struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PORTS * NTC);
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 64);
          __type(key, __u32); __type(value, __u32); } dscp_tc SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 1 << 16); } events SEC(".maps");
+// 1 once the controller has attached both programs to every port. Until then nothing is
+// counted: a frame counted at an egress whose peer's ingress is not attached yet (or the
+// reverse) would leave `queued` off by its size for the lab's lifetime.
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1);
+         __type(key, __u32); __type(value, __u32); } armed SEC(".maps");
 
-static __always_inline int port_of(const unsigned char *mac) {
-    if (mac[0] != 0x02 || mac[1] != 0x52 || mac[2] != 0x4c || mac[3] != 0x00)
-        return -1;
-    return ((int)mac[4] << 8) | mac[5];
+static __always_inline int is_armed(void) {
+    __u32 zero = 0;
+    __u32 *on = bpf_map_lookup_elem(&armed, &zero);
+    return on && *on;
+}
+
+// The port this program instance serves: its filter's classid (0: not attached by rocelab).
+static __always_inline int port_of(struct __sk_buff *skb) {
+    __u32 port = skb->tc_classid;
+    return port > 0 && port < MAX_PORTS ? (int)port : -1;
 }
 
 static __always_inline struct tc_stat *stat_of(__u32 port, __u32 tc) {
@@ -140,11 +159,9 @@ static __always_inline void red_mark(struct __sk_buff *skb, struct parsed *p, st
 
 SEC("tc")
 int fabric_egress(struct __sk_buff *skb) {
+    int port = port_of(skb);
     struct parsed p;
-    if (parse(skb, &p) < 0)
-        return TC_ACT_UNSPEC;
-    int port = port_of(p.eth->h_source);
-    if (port < 0)
+    if (port < 0 || parse(skb, &p) < 0)
         return TC_ACT_UNSPEC;
     __u32 key = port;
     struct port_cfg *c = bpf_map_lookup_elem(&cfg, &key);
@@ -152,6 +169,8 @@ int fabric_egress(struct __sk_buff *skb) {
     if (!c || !s)
         return TC_ACT_UNSPEC;
     skb->priority = (1 << 16) | (0x10 + p.tc);  // HTB class 1:1<tc>
+    if (!is_armed())
+        return TC_ACT_UNSPEC;
     if (p.eth->h_proto == bpf_htons(ETH_P_PAUSE)) {
         __sync_fetch_and_add(&s->pause_tx, 1);
         return TC_ACT_UNSPEC;
@@ -186,26 +205,21 @@ int fabric_egress(struct __sk_buff *skb) {
 
 SEC("tc")
 int fabric_ingress(struct __sk_buff *skb) {
+    int port = port_of(skb);
     struct parsed p;
-    if (parse(skb, &p) < 0)
+    if (port < 0 || !is_armed() || parse(skb, &p) < 0)
         return TC_ACT_UNSPEC;
-    int port = port_of(p.eth->h_dest);
-    if (port < 0) {  // multicast/broadcast: control traffic, not queued data
-        int src = port_of(p.eth->h_source);
-        if (src >= 0 && p.eth->h_proto == bpf_htons(ETH_P_PAUSE)) {
-            __u32 k = src;
-            struct port_cfg *sc = bpf_map_lookup_elem(&cfg, &k);
-            struct tc_stat *rs = sc ? stat_of(sc->peer, 3) : 0;
-            if (rs)
-                __sync_fetch_and_add(&rs->pause_rx, 1);
-        }
-        skb->tc_index = 0;
-        return TC_ACT_UNSPEC;
-    }
     __u32 key = port;
     struct port_cfg *c = bpf_map_lookup_elem(&cfg, &key);
     if (!c)
         return TC_ACT_UNSPEC;
+    if (p.eth->h_proto == bpf_htons(ETH_P_PAUSE)) {  // hop-local: no queue held it
+        struct tc_stat *rs = stat_of(port, 3);
+        if (rs)
+            __sync_fetch_and_add(&rs->pause_rx, 1);
+        skb->tc_index = 0;
+        return TC_ACT_UNSPEC;
+    }
     struct tc_stat *up = stat_of(c->peer, p.tc);  // the sender's egress queue drained this frame
     if (up)
         __sync_fetch_and_add(&up->queued, -(__s64)skb->len);
