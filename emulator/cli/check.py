@@ -6,7 +6,7 @@ import click
 
 from ..errors import RocelabError, SpecError
 from ..experiment import runner
-from ..experiment.spec import load
+from ..experiment.spec import load, load_fabrics
 from ..lab import load_topology
 from ..spec import located, read_yaml
 
@@ -23,6 +23,9 @@ def command(experiment: str, as_json: bool) -> None:
 
     Example: rocelab check experiments/incast.yaml
     """
+    if load_fabrics(experiment)[0].fabrics is not None:
+        _compare(experiment, as_json)
+        return
     exp, topology = load(experiment)
     plan = load_topology(topology)[1]
     try:
@@ -41,3 +44,26 @@ def command(experiment: str, as_json: bool) -> None:
     click.echo(f"{experiment}: ok: {len(exp.flows)} flows, {len(exp.actions)} actions, "
                f"{len(exp.expect)} expectations on {plan.lab} ({topology.name}"
                + (f", D = {plan.dilation:g}" if plan.congestion else "") + ")")
+
+
+def _compare(experiment: str, as_json: bool) -> None:
+    """A `fabrics:` experiment: every fabric's topology, and the flows and actions on each."""
+    try:
+        exp, fabrics = runner.fabrics(experiment, live=False)
+    except SpecError:
+        raise
+    except RocelabError as e:
+        label = getattr(e, "fabric", "?")
+        field, _, problem = str(e).removeprefix(f"fabric {label}: ").partition(": ")
+        raise located(SpecError(experiment, field, f"{problem} (fabric {label})"),
+                      read_yaml(experiment)[1]) from None
+    summary = {"experiment": exp.name, "fabrics": {
+        f.label: {"topology": str(f.topology), "lab": f.lab, "dilation": f.plan.dilation}
+        for f in fabrics}, "flows": len(exp.flows), "actions": len(exp.actions),
+        "expect": list(exp.expect), "ok": True}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(f"{experiment}: ok: {len(exp.flows)} flows, {len(exp.actions)} actions, "
+               f"{len(exp.expect)} expectations on {len(fabrics)} fabrics: "
+               + ", ".join(f"{f.label} = {f.lab} ({f.topology.name})" for f in fabrics))

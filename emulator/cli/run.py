@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import lab, report
-from ..experiment import analysis, runner
+from ..experiment import analysis, compare, runner
+from ..experiment.spec import load_fabrics
 from ..units import Dilation
 from .progress import progress
 
@@ -18,8 +19,10 @@ from .progress import progress
 @click.argument("experiment", type=click.Path(dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Directory for results.json (and the report).")
-@click.option("--keep", is_flag=True, help="Leave the lab up if this run brought it up.")
-@click.option("--name", help="Lab name (default: the experiment's `lab:`, else the topology's).")
+@click.option("--keep", is_flag=True, help="Leave the lab up if this run brought it up "
+              "(with `fabrics:`, the last fabric's).")
+@click.option("--name", help="Lab name (default: the experiment's `lab:`, else the topology's); "
+              "with `fabrics:` a prefix: each fabric's lab is NAME-LABEL.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the results (results.json's content) instead of the tables.")
 def command(experiment: str, out: str, keep: bool, name: str | None, as_json: bool) -> None:
@@ -28,9 +31,15 @@ def command(experiment: str, out: str, keep: bool, name: str | None, as_json: bo
     Exits 8 if a flow failed, 9 if data arrived corrupted, 11 if an `expect:`
     line failed or the lossless class dropped packets (0 otherwise).
 
+    An experiment with `fabrics:` (label -> topology) runs the same flows and actions
+    on each fabric in turn and writes one results.json and report comparing them.
+
     Example: rocelab run experiments/incast.yaml --out out/incast
     """
     lab.require_root()
+    if load_fabrics(experiment)[0].fabrics is not None:
+        _compare(experiment, out, keep, name, as_json)
+        return
     with progress(f"run {experiment}") as update:
         res, plan = runner.run(experiment, keep=keep, name=name, progress=update)
         update(f"writing the report into {out}")
@@ -44,6 +53,47 @@ def command(experiment: str, out: str, keep: bool, name: str | None, as_json: bo
             Console().print(f"[red]{why}[/]", soft_wrap=True)
     if code:
         sys.exit(code)
+
+
+def _compare(experiment: str, out: str, keep: bool, name: str | None, as_json: bool) -> None:
+    with progress(f"run {experiment}") as update:
+        res, plans = runner.run_compare(experiment, keep=keep, name=name, progress=update)
+        update(f"writing the report into {out}")
+        report.save_compare(Path(out), res, plans)
+    code, why = compare.verdict(res)
+    if as_json:
+        click.echo(json.dumps(res, indent=1))
+    else:
+        _print_compare(res, out)
+        if code:
+            Console().print(f"[red]{why}[/]", soft_wrap=True)
+    if code:
+        sys.exit(code)
+
+
+def _print_compare(res: compare.CompareResults, out: str) -> None:
+    """The compare rows a reader looks at first (every row is in results.json and the report)."""
+    from ..report.compare import HIDDEN, fmt, label_of
+
+    console = Console()
+    labels = list(res["fabrics"])
+    fabrics = dict(res["fabrics"])
+    dilation = {label: Dilation(fabrics[label].get("dilation") or 1.0) for label in labels}
+    table = Table(title=f"{res['name']}: {' vs '.join(labels)}")
+    table.add_column("")
+    for label in labels:
+        table.add_column(f"{label} ({fabrics[label]['lab']})", justify="right")
+    for metric, by_label in res["compare"].items():
+        if metric in HIDDEN or metric.endswith((".fct_s", ".rx_gap_s", ".detect_s")):
+            continue
+        table.add_row(label_of(metric, fabrics),
+                      *(fmt(metric, by_label.get(label), dilation[label]) for label in labels))
+    console.print(table)
+    for e in res["expectations"]:
+        shown = ", ".join(f"{k} = {_value(v)}" for k, v in list(e["values"].items())[:4])
+        mark = "[green]ok[/]  " if e["ok"] else "[red]FAIL[/]"
+        console.print(f"expect {mark} {e['expect']}: {e['problem'] or shown}", soft_wrap=True)
+    console.print(f"results: {Path(out) / 'results.json'}")
 
 
 def _print(res: analysis.Results, out: str) -> None:

@@ -16,7 +16,7 @@ from ..congestion.model import ROCE_TC
 from ..errors import ExitCode
 from ..plan import Plan
 from ..units import Dilation, parse_duration
-from . import expect
+from . import expect, traffic
 from .spec import Experiment
 
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
@@ -67,6 +67,32 @@ def _at(series: Sequence[tuple[float, float]], t: float) -> float:
 
 def mean_rate(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
     return bytes_between(series, t0, t1) * 8 / (t1 - t0) if t1 > t0 else 0.0
+
+
+def interruption(series: Series, start: float, end: float, marks: Sequence[float] = ()
+                 ) -> tuple[float, float] | None:
+    """The longest time without progress in a cumulative series within [start, end]:
+    (when it began, how long), or None for an empty window.
+
+    Progress is a sample above every earlier one, or one of `marks` (a transfer's data
+    phase beginning: its QP setup completed). The gaps run from `start` to the first
+    progress, between progress, and from the last to `end`. Progress is reported every
+    ~0.1 s while data moves, so that is the floor.
+    """
+    if end < start:
+        return None
+    anchors, top = [start, end], None
+    for t, v in series:
+        if t <= start:
+            top = v if top is None else max(top, v)
+        elif t < end and (top is None or v > top):
+            anchors.append(t)
+            top = v
+    anchors += [m for m in marks if start < m < end]
+    anchors.sort()
+    length, began = max((b - a, a) for a, b in zip(anchors, anchors[1:])) if len(anchors) > 1 \
+        else (0.0, start)
+    return began, length
 
 
 def convergence_time(flow_series: dict[str, Sequence[tuple[float, float]]], start: float,
@@ -136,6 +162,24 @@ class FlowSummary(TypedDict, total=False):
     handoffs: list[list[float]]  # repeated flows: [start, duration] of each transfer
     handoff_p50_s: float | None  # repeated flows
     handoff_p99_s: float | None
+    interruption_s: float | None  # longest time without delivery progress (see interruption())
+    interruption_real_s: float | None  # interruption_s / D
+    interruption_from_s: float | None  # when that time began
+    rx_gap_s: float | None  # the engine's: longest gap in in-order delivery on any receiving QP
+
+
+class Summary(TypedDict):
+    """results.json's `summary`: the run in a few numbers, for tables and comparisons."""
+
+    bytes: int  # every flow's payload
+    goodput_bps: float | None  # completed flows' bytes over first start .. last end
+    fct_max_s: float | None
+    interruption_s: float | None  # the longest of any flow's
+    interruption_real_s: float | None
+    handoff_p50_s: float | None  # over every repeated flow's transfers
+    handoff_p99_s: float | None
+    convergence_s: float | None  # the slowest fault event's routing convergence (converge_s)
+    faults_settled: bool | None  # every fault event's routing settled (None: no faults)
 
 
 class Results(TypedDict):
@@ -155,6 +199,9 @@ class Results(TypedDict):
     lossless_drops: int | None
     integrity_ok: bool
     expectations: list[dict[str, Any]]  # each `expect:` line: expect, ok, values, problem
+    summary: Summary
+    traffic: traffic.Traffic | None  # kernel port counters (None: not recorded)
+    measured: dict[str, Any]  # what a caller's measures added (runner.Measure), else {}
 
 
 @dataclass(frozen=True)
@@ -173,6 +220,9 @@ class FlowRecord:
     handoffs: list[tuple[float, float]] = field(default_factory=list)  # (start, duration)
     result: dict[str, Any] | None = None  # the engine's results folded into one
     error: str | None = None
+    delivered: list[tuple[float, float]] = field(default_factory=list)  # (t, bytes completed)
+    data_phases: list[tuple[float, float]] = field(default_factory=list)  # per transfer: data
+    # start .. end (a failed one: when it began .. the failure)
 
     @property
     def fct_s(self) -> float | None:
@@ -182,7 +232,8 @@ class FlowRecord:
 
 def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[dict],
               events: list[dict], pfc0: dict, pfc1: dict,
-              lossless_drops: int | None) -> Results:
+              lossless_drops: int | None, counters: traffic.Recording | None = None,
+              measured: dict[str, Any] | None = None) -> Results:
     """results.json's content from a run's recordings (see docs/congestion.md for its keys)."""
     cp = plan.congestion
     flow_out = [flow_summary(f, plan.dilation) for f in flows]
@@ -215,9 +266,37 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
         "lossless_drops": lossless_drops,
         "integrity_ok": all(f["integrity_ok"] for f in flow_out),
         "expectations": [],
+        "summary": summary(flow_out, events, plan.dilation),
+        "traffic": traffic.summarize(plan, counters, [(f.src, f.dst) for f in flows])
+        if counters is not None else None,
+        "measured": dict(measured or {}),
     }
     out["expectations"] = [expect.evaluate(dict(out), expect.parse(line)) for line in exp.expect]
     return out
+
+
+def summary(flows: Sequence[FlowSummary], events: Sequence[dict[str, Any]],
+            dilation: Dilation) -> Summary:
+    """The run in a few numbers (results.json's `summary`)."""
+    done = [f for f in flows if f["fct_s"] is not None]
+    span = (max(f["end_s"] or 0.0 for f in done) - min(f["start_s"] for f in done)) if done else 0.0
+    gaps = [g for f in flows if (g := f.get("interruption_s")) is not None]
+    handoffs = [d for f in flows for _, d in f.get("handoffs", [])]
+    convs = [e["convergence"] for e in events
+             if e.get("kind") == "fault" and isinstance(e.get("convergence"), dict)]
+    times = [c["converge_s"] for c in convs if c.get("converge_s") is not None]
+    worst = max(gaps) if gaps else None
+    return {
+        "bytes": sum(f["bytes"] for f in flows),
+        "goodput_bps": sum(f["bytes"] for f in done) * 8 / span if done and span > 0 else None,
+        "fct_max_s": max(f["fct_s"] or 0.0 for f in done) if done else None,
+        "interruption_s": worst,
+        "interruption_real_s": dilation.real_s(worst) if worst is not None else None,
+        "handoff_p50_s": round(percentile(handoffs, 50), 4) if handoffs else None,
+        "handoff_p99_s": round(percentile(handoffs, 99), 4) if handoffs else None,
+        "convergence_s": max(times) if times else None,
+        "faults_settled": all(c.get("settled") for c in convs) if convs else None,
+    }
 
 
 def verdict(results: Results) -> tuple[ExitCode, str]:
@@ -284,10 +363,32 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
         "cnps_rx": r.get("cnps_rx", 0), "cnps_tx": r.get("cnps_tx", 0),
         "spines": sorted({q["spine"] for q in r.get("qps", []) if q.get("spine")}),
         "rate_series": rates(f.series),
+        "interruption_s": None, "interruption_real_s": None, "interruption_from_s": None,
+        "rx_gap_s": r.get("interruption_s") if f.result is not None else None,
     }
+    got = flow_interruption(f)
+    if got is not None:
+        began, length = got
+        out["interruption_s"] = round(length, 4)
+        out["interruption_real_s"] = dilation.real_s(round(length, 4))
+        out["interruption_from_s"] = round(began, 4)
     if f.repeat > 1:
         out["handoffs"] = [[round(a, 4), round(d, 4)] for a, d in f.handoffs]
         durations = [d for _, d in f.handoffs]
         out["handoff_p50_s"] = round(percentile(durations, 50), 4) if durations else None
         out["handoff_p99_s"] = round(percentile(durations, 99), 4) if durations else None
     return out
+
+
+def flow_interruption(f: FlowRecord) -> tuple[float, float] | None:
+    """A flow's longest time without progress, from its first transfer's data phase (its
+    first QP setup is time to first byte, not an interruption) to its end: stalls in
+    data, and a later transfer's setup held up by the fabric, between its delivered
+    bytes (completions). Recordings without those: its sent bytes over the whole flow."""
+    series = f.delivered or f.series
+    if not series:
+        return None
+    last = f.end_s if f.result is not None and f.end_s is not None else max(
+        [series[-1][0]] + [b for _, b in f.data_phases])
+    start = f.data_phases[0][0] if f.data_phases else f.start_s
+    return interruption(series, start, last, [a for a, _ in f.data_phases[1:]])

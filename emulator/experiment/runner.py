@@ -1,13 +1,19 @@
 """`rocelab run EXPERIMENT.yaml --out DIR`: bring the lab up if needed, start flows
-and actions on a timeline, sample counters, write results.json."""
+and actions on a timeline, sample counters, write results.json.
+
+An experiment with `fabrics:` runs the same flows and actions on each fabric in turn
+(`run_compare`); `compare.summarize` puts the fabrics' results side by side. Callers can
+add their own numbers to each run's results with `measures` (see `Measure`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +22,43 @@ from ..congestion.model import ROCE_TC
 from ..congestion.qos import queue_drops
 from ..engine import client
 from ..engine.job import Job, Op
-from ..errors import ConvergeTimeout, RocelabError
+from ..errors import ConvergeTimeout, RocelabError, SpecError
 from ..plan import Kind, Plan
+from ..spec import LAB_NAME, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
-from . import actions, analysis
+from . import actions, analysis, compare
 from .analysis import COUNTERS
+from .counters import PortCounters
 from .sampler import Sampler, pfc_snapshot
-from .spec import Experiment, Flow, load
+from .spec import Experiment, Flow, load, load_fabrics
 
 Progress = Callable[[str], None]
 SETTLE_MIN_S = 2.0  # after the last fault event, even when the run used up its duration
+
+
+@dataclasses.dataclass
+class FabricRun:
+    """One run on one lab, as a `Measure` sees it (the lab is up while it is called)."""
+
+    label: str  # the fabric's label ("" for a one-topology experiment)
+    lab: str
+    plan: Plan
+    t0: float  # time.monotonic() of the run's zero: results' times (t_s, start_s) count from it
+    events: list[dict[str, Any]]  # the timeline's events so far (faults with their times)
+    progress: Progress
+
+
+Finish = Callable[[], dict[str, Any]]
+# Called with the lab up, after the engines are ready and just before the first flow's
+# zero; returns a Finish (or None), called once the run is over (flows done, the last
+# fault settled), the lab still up: its dict goes into the results' `measured` (and, for
+# a compare run, its scalar values into the `compare` rows as measured.KEY).
+Measure = Callable[[FabricRun], Finish | None]
+
+
+def at_end(fn: Callable[[FabricRun], dict[str, Any]]) -> Measure:
+    """A Measure that only reads something once the run is over."""
+    return lambda run: (lambda: fn(run))
 
 
 def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
@@ -44,6 +77,8 @@ class FlowRun(threading.Thread):
         self.series: list[tuple[float, float]] = []
         self.results: list[dict[str, Any]] = []  # one per transfer (`repeat`)
         self.handoffs: list[tuple[float, float]] = []  # (start, duration) per transfer, wall
+        self.delivered: list[tuple[float, float]] = []  # (t, bytes completed), cumulative
+        self.data_phases: list[tuple[float, float]] = []  # per transfer: data start .. end, wall
         self.error: str | None = None
         self.started = self.ended = 0.0
         self._base = 0  # bytes of the transfers already done (the series is cumulative)
@@ -65,14 +100,22 @@ class FlowRun(threading.Thread):
         self.started = time.monotonic()
         self.series.append((round(self.started - self.t0, 4), 0))
         src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
+        began = self.started
         try:
             for _ in range(self.flow.repeat):
                 began = time.monotonic()
-                self.results.append(client.transfer(self.plan, src, dst, self.job, self._tick))
-                self.handoffs.append((began - self.t0, time.monotonic() - began))
+                res = client.transfer(self.plan, src, dst, self.job, self._tick)
+                end = time.monotonic()
+                self.results.append(res)
+                self.handoffs.append((began - self.t0, end - began))
                 self._base += self.job.payload_bytes
+                self.delivered.append((round(end - self.t0, 4), self._base))
+                data = max(began, end - float(res.get("duration_s", end - began)))
+                self.data_phases.append((round(data - self.t0, 4), round(end - self.t0, 4)))
         except RocelabError as e:
             self.error = str(e)
+            self.data_phases.append((round(began - self.t0, 4),
+                                     round(time.monotonic() - self.t0, 4)))
         self.ended = time.monotonic()
 
     @property
@@ -84,6 +127,7 @@ class FlowRun(threading.Thread):
             return self.results[0]
         return {"integrity_ok": all(r.get("integrity_ok") for r in self.results),
                 "qps": [q for r in self.results for q in r.get("qps", [])],
+                "interruption_s": max(r.get("interruption_s", 0.0) for r in self.results),
                 **{k: sum(r.get(k, 0) for r in self.results) for k in COUNTERS}}
 
     def record(self, t0: float) -> analysis.FlowRecord:
@@ -94,15 +138,18 @@ class FlowRun(threading.Thread):
             bytes=self.job.payload_bytes * self.flow.repeat, repeat=self.flow.repeat,
             start_s=self.started - t0, end_s=self.ended - t0 if done else None,
             series=list(self.series), handoffs=list(self.handoffs), result=self.result,
-            error=self.error)
+            error=self.error, delivered=[(round(self.started - t0, 4), 0)] + self.delivered,
+            data_phases=list(self.data_phases))
 
     def _tick(self, done: int, _total: int, sent: int | None = None) -> None:
-        self.series.append((round(time.monotonic() - self.t0, 4),
-                            self._base + (sent if sent is not None else done)))
+        t = round(time.monotonic() - self.t0, 4)
+        self.series.append((t, self._base + (sent if sent is not None else done)))
+        self.delivered.append((t, self._base + done))
 
 
 def run(path: str | Path, keep: bool = False, name: str | None = None,
-        progress: Progress = lambda m: None) -> tuple[analysis.Results, Plan]:
+        progress: Progress = lambda m: None, measures: Sequence[Measure] = ()
+        ) -> tuple[analysis.Results, Plan]:
     """Run an experiment file; return its results (results.json's content) and the lab's plan.
 
     Brings the lab up first unless it is running (and down again after, unless `keep`).
@@ -111,7 +158,15 @@ def run(path: str | Path, keep: bool = False, name: str | None = None,
     exp, topology = load(path)
     static_plan = lab.load_topology(topology)[1]
     check(exp, static_plan)  # before anything exists: a bad experiment creates nothing
-    name = name or exp.lab or static_plan.lab
+    return run_fabric(exp, topology, name or exp.lab or static_plan.lab, keep=keep,
+                      progress=progress, measures=measures)
+
+
+def run_fabric(exp: Experiment, topology: Path, name: str, keep: bool = False,
+               progress: Progress = lambda m: None, measures: Sequence[Measure] = (),
+               label: str = "") -> tuple[analysis.Results, Plan]:
+    """Run `exp` on lab `name` (brought up from `topology` unless it is running, and down
+    again after unless `keep`); `exp` was checked against the topology's plan."""
     brought_up = name not in state.known_labs()
     if brought_up:
         progress(f"bringing up lab {name} from {topology}")
@@ -120,15 +175,103 @@ def run(path: str | Path, keep: bool = False, name: str | None = None,
         plan = state.lab_plan(name)
         if not brought_up:  # a running lab may have been brought up from another topology
             check(exp, plan)
-        results = _execute(exp, plan, progress)
+        results = _execute(exp, plan, progress, measures, label)
     finally:
         if brought_up and not keep:
             lab.down(name)
     return results, plan
 
 
+@dataclasses.dataclass(frozen=True)
+class Fabric:
+    """One fabric of a compare experiment: its label, topology file, lab and (static) plan."""
+
+    label: str
+    topology: Path
+    lab: str
+    plan: Plan
+    running: bool  # the lab was up already: it is used as it is and left up
+
+
+def fabrics(path: str | Path, name: str | None = None, live: bool = True
+            ) -> tuple[Experiment, list[Fabric]]:
+    """A compare experiment's fabrics, each checked: its topology compiles under its lab
+    name, and the flows and actions name hosts, spines and switches it has. Nothing is
+    created; `live`: a lab that is already running is checked as it runs.
+
+    Each fabric's lab is PREFIX-LABEL, PREFIX from `name` (--name) or the file's `lab:`;
+    without either, the fabric's topology's own name.
+    """
+    exp, topologies = load_fabrics(path)
+    if exp.fabrics is None:
+        raise SpecError(str(path), "fabrics", "not a compare experiment (it has `topology:`)")
+    prefix = name or exp.lab
+    running = state.known_labs() if live else set()
+    node = read_yaml(path)[1]
+    out: list[Fabric] = []
+    for label, topology in topologies.items():
+        wanted = f"{prefix}-{label}" if prefix else None
+        if wanted is not None and (len(wanted) > MAX_LAB_NAME or not re.match(LAB_NAME, wanted)):
+            where = (str(path), "lab") if not name else ("--name", name)
+            raise located(SpecError(where[0], where[1], f"lab {wanted!r} of fabric {label} is not a "
+                                    f"lab name (1-{MAX_LAB_NAME} characters: lowercase letters "
+                                    "and digits, single dashes between them)"), node if not name
+                          else None)
+        plan = lab.load_topology(topology, wanted)[1]
+        clash = next((f.label for f in out if f.lab == plan.lab), None)
+        if clash:
+            raise located(SpecError(str(path), f"fabrics.{label}", f"fabrics {clash} and {label} "
+                                    f"would share lab {plan.lab}: give the run a prefix (lab: or "
+                                    "--name)"), node)
+        live_plan = state.lab_plan(plan.lab) if plan.lab in running else plan
+        try:
+            check(exp, live_plan)
+        except RocelabError as e:
+            raise on_fabric(e, label) from None
+        out.append(Fabric(label, topology, plan.lab, live_plan, plan.lab in running))
+    return exp, out
+
+
+def on_fabric(e: RocelabError, label: str) -> RocelabError:
+    """The same error (type, exit code) saying which fabric it happened on."""
+    if not isinstance(e, SpecError) and getattr(e, "fabric", None) is None:
+        e.fabric = label  # type: ignore[attr-defined]
+        e.args = (f"fabric {label}: {e}",)
+    return e
+
+
+def run_compare(path: str | Path, keep: bool = False, name: str | None = None,
+                progress: Progress = lambda m: None, measures: Sequence[Measure] = ()
+                ) -> tuple[compare.CompareResults, dict[str, Plan]]:
+    """Run a `fabrics:` experiment: the same flows and actions on each fabric in turn
+    (up, run, down, in the file's order), so each runs alone on the machine. Every
+    fabric is checked before the first lab is created. `keep` keeps the last fabric's
+    lab up (the others are down before the next comes up); labs that were running are
+    used and left up. Returns results.json's content and each fabric's plan."""
+    exp, fabs = fabrics(path, name)
+    own = exp.model_copy(update={"expect": compare.per_fabric(exp.expect)})
+    results: dict[str, analysis.Results] = {}
+    plans: dict[str, Plan] = {}
+    for i, fab in enumerate(fabs):
+        progress(f"fabric {fab.label} ({i + 1}/{len(fabs)}): lab {fab.lab} from {fab.topology.name}"
+                 + (" (running)" if fab.running else ""))
+        try:
+            results[fab.label], plans[fab.label] = run_fabric(
+                own, fab.topology, fab.lab, keep=keep and i == len(fabs) - 1,
+                progress=_tagged(progress, fab.label),
+                measures=measures, label=fab.label)
+        except RocelabError as e:
+            raise on_fabric(e, fab.label) from None
+    return compare.summarize(exp, results, {f.label: str(f.topology) for f in fabs}), plans
+
+
+def _tagged(progress: Progress, label: str) -> Progress:
+    return lambda m: progress(f"[{label}] {m}")
+
+
 def check(exp: Experiment, plan: Plan) -> None:
-    """Flows name hosts (and spines) of this plan; congestion actions need a congestion plane."""
+    """Flows name hosts (and spines) of this plan; actions name its switches and hosts
+    (faults: nodes and links it has); congestion actions need a congestion plane."""
     spines = [n.name for n in plan.of_kind(Kind.SPINE)]
     for f in exp.flows:
         workload.host(plan, f.src, option=f"flows.{f.name}.src")
@@ -143,18 +286,36 @@ def check(exp: Experiment, plan: Plan) -> None:
                                f"switches: {', '.join(sorted(switches))}")
         if a.kind in ("drain", "dcqcn"):
             workload.host(plan, args["host"], option=f"actions.{i}.{a.kind}.host")
+        if a.kind == "fault":
+            _fault_target(plan, args, f"actions.{i}.fault")
     needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
     if needs_cc and plan.congestion is None:
         raise RocelabError(f"experiment {exp.name}: actions {', '.join(needs_cc)} need a topology "
                            "with `congestion: enabled: true`")
 
 
-def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
+def _fault_target(plan: Plan, args: dict[str, Any], field: str) -> None:
+    """A fault action's node or link exists in this plan (the fault model's own check)."""
+    what = args.get("fail", args.get("heal"))
+    try:
+        if what == "node" and isinstance(args.get("node"), str):
+            faults.node_fault(plan, args["node"])
+        elif what in ("link", "flap") and isinstance(args.get("a"), str) \
+                and isinstance(args.get("b"), str):
+            faults.link_fault(plan, args["a"], args["b"])
+    except faults.FaultError as e:
+        e.args = (f"{field}: {e}",)
+        raise
+
+
+def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence[Measure] = (),
+             label: str = "") -> analysis.Results:
     hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}
                    | {plan.node(a.dcqcn["host"]) for a in exp.actions if a.kind == "dcqcn"},
                    key=lambda n: n.name)
     client.ensure_engines(plan, hosts)
-    t0 = time.monotonic() + 0.2
+    counters = PortCounters(plan, parse_duration(exp.sample_every))  # every port read: not timed
+    t0 = counters.t0 = time.monotonic() + 0.2
     deadline = t0 + parse_duration(exp.duration)
     sampler = Sampler(plan, parse_duration(exp.sample_every), t0) if plan.congestion else None
     pfc0 = pfc_snapshot(plan)
@@ -163,8 +324,12 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
         f.pin()
     timeline = actions.Timeline(plan, exp.actions, t0)
     with contextlib.ExitStack() as stack:
+        stack.callback(counters.stop)  # idempotent: the sockets are closed on any error too
+        ctx = FabricRun(label, plan.lab, plan, t0, timeline.events, progress)
+        finishers = [f for f in (m(ctx) for m in measures) if f is not None]
         watcher = stack.enter_context(faults.FibWatcher(plan)) if any(
             a.kind == "fault" for a in exp.actions) else None
+        counters.start()
         if sampler:
             sampler.start()
         timeline.start()
@@ -178,10 +343,15 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress) -> dict[str, Any]:
         if watcher:  # until routing reflects the last fault event, then time each one
             _settle_last(plan, watcher, timeline.events, deadline, progress)
             _add_convergence(plan, timeline.events, watcher.samples)
+        recorded = counters.stop()
+        measured: dict[str, Any] = {}
+        for finish in finishers:
+            measured.update(finish())
     ports = sampler.stop() if sampler else []
     return analysis.summarize(exp, plan, [f.record(t0) for f in flows], ports, timeline.events,
                               pfc0, pfc_snapshot(plan),
-                              lossless_drops(plan) if plan.congestion else None)
+                              lossless_drops(plan) if plan.congestion else None,
+                              counters=recorded, measured=measured)
 
 
 def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

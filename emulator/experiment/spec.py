@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from ..spec import Strict, load_model, located, read_yaml
 from ..units import parse_duration, parse_size, speed_or_zero
 from .expect import parse as parse_expect
 
+FABRIC_LABEL = re.compile(r"^[a-z][a-z0-9]{0,7}$")  # short lowercase words: l2, l3, evpn
 Duration = Annotated[str | float, Field(description="A duration: 500ms, 2s, 1m or seconds.")]
 
 
@@ -102,8 +104,15 @@ class Action(Strict):
 class Experiment(Strict):
     name: str
     description: str = ""
-    topology: str = Field(description="Topology file, relative to the experiment file.")
-    lab: str | None = Field(None, description="Lab name (default: the topology's name).")
+    fabrics: dict[str, str] | None = Field(
+        None, description="Instead of `topology`: label -> topology file (relative to the "
+        "experiment file), e.g. {l3: ../topologies/clos-2x4.yaml, l2: ...}. `run` runs the "
+        "same flows and actions on each fabric in turn and compares them.")
+    topology: str | None = Field(
+        None, validate_default=True,
+        description="Topology file, relative to the experiment file (or `fabrics`).")
+    lab: str | None = Field(None, description="Lab name (default: the topology's name); with "
+                            "`fabrics`, a prefix: each fabric's lab is LAB-LABEL.")
     duration: Duration = Field(60.0, description="Longest the run may take (wall time).")
     sample_every: Duration = Field(0.1, description="Counter sampling interval.")
     steady_after: Duration = Field(0.0, description="Steady state starts this long after the first flow.")
@@ -112,6 +121,31 @@ class Experiment(Strict):
     phases: dict[str, list[str]] = Field(
         default_factory=dict, description="Named windows, each from the first start to the last "
         "end of its flows: results give each flow's mean rate and the pause frames in each.")
+
+    @field_validator("fabrics")
+    @classmethod
+    def _fabrics(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("name at least one fabric: {LABEL: TOPOLOGY-FILE, ...}")
+        for label, path in v.items():
+            if not FABRIC_LABEL.match(str(label)):
+                raise ValueError(f"label {label!r}: 1-8 lowercase letters and digits, starting "
+                                 "with a letter (l2, l3, evpn)")
+            if not isinstance(path, str) or not path:
+                raise ValueError(f"{label}: a topology file, relative to the experiment file")
+        return v
+
+    @field_validator("topology")
+    @classmethod
+    def _one_fabric_source(cls, v: str | None, info: ValidationInfo) -> str | None:
+        fabrics = info.data.get("fabrics")
+        if v is not None and fabrics is not None:
+            raise ValueError("give topology (one fabric) or fabrics (several, compared), not both")
+        if v is None and fabrics is None and "fabrics" in info.data:
+            raise ValueError("is required (or fabrics: {LABEL: TOPOLOGY-FILE, ...} to compare)")
+        return v
 
     @field_validator("phases")
     @classmethod
@@ -132,9 +166,19 @@ class Experiment(Strict):
 
     @field_validator("expect")
     @classmethod
-    def _expect(cls, v: list[str]) -> list[str]:
+    def _expect(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        fabrics = info.data.get("fabrics")
         for line in v:
-            parse_expect(line)
+            e = parse_expect(line)
+            for path in (e.path, e.ref or ()):
+                if path[:1] != ("fabrics",):
+                    continue
+                if not fabrics:
+                    raise ValueError(f"{line!r}: a fabrics.LABEL path needs `fabrics:` "
+                                     "(a compare experiment)")
+                if len(path) < 2 or (path[1] != "*" and path[1] not in fabrics):
+                    raise ValueError(f"{line!r}: no fabric {path[1] if len(path) > 1 else ''!r}; "
+                                     f"fabrics: {', '.join(fabrics)}")
         return v
 
     @field_validator("duration", "sample_every", "steady_after")
@@ -145,9 +189,25 @@ class Experiment(Strict):
 
 
 def load(path: str | Path) -> tuple[Experiment, Path]:
-    """The experiment and the resolved topology path."""
-    exp = load_model(path, Experiment, "name, topology, flows")
-    topo = (Path(path).parent / exp.topology).resolve()
-    if not topo.exists():
-        raise located(SpecError(str(path), "topology", f"no such file {topo}"), read_yaml(path)[1])
-    return exp, topo
+    """A one-topology experiment and its resolved topology path (`load_fabrics` takes both kinds)."""
+    exp, topologies = load_fabrics(path)
+    if exp.fabrics is not None:
+        raise located(SpecError(str(path), "fabrics", "a compare experiment: run it with "
+                                "`rocelab run` (runner.run_compare), not as one topology"),
+                      read_yaml(path)[1])
+    return exp, topologies[""]
+
+
+def load_fabrics(path: str | Path) -> tuple[Experiment, dict[str, Path]]:
+    """The experiment and each fabric's resolved topology path, by label, in the file's
+    order; a `topology:` experiment has one, labelled "" (empty)."""
+    exp = load_model(path, Experiment, "name, topology or fabrics, flows")
+    wanted = exp.fabrics if exp.fabrics is not None else {"": exp.topology or ""}
+    out = {}
+    for label, rel in wanted.items():
+        topo = (Path(path).parent / rel).resolve()
+        if not topo.exists():
+            field = f"fabrics.{label}" if label else "topology"
+            raise located(SpecError(str(path), field, f"no such file {topo}"), read_yaml(path)[1])
+        out[label] = topo
+    return exp, out

@@ -5,11 +5,13 @@
     topology.py   spines, leaves, hosts and link speeds; the hottest links coloured
     markdown.py, html.py
     record.py     sampling ports while `transfer`/`kv --out` run
+    compare.py    a compare run (`fabrics:`): one column per fabric, its plots in plots.py
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,4 +43,28 @@ def write(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
     md.write_text(markdown.render(d, "topology.png" if plan is not None else None))
     page = out / "report.html"
     page.write_text(html.render(d, out))
+    return paths + [md, page]
+
+
+def save_compare(out: Path, results: Mapping[str, Any], plans: Mapping[str, Plan]) -> list[Path]:
+    """A compare run: results.json, the compare report and its plots in `out`, and each
+    fabric's own report (plots, topology, report.md/html) in `out/LABEL/`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    return [out / "results.json"] + write_compare(out, results, plans)
+
+
+def write_compare(out: Path, results: Mapping[str, Any], plans: Mapping[str, Plan]) -> list[Path]:
+    from . import compare, plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for label, fabric in results["fabrics"].items():
+        paths += write(out / label, fabric, plans.get(label))
+    d = compare.load(dict(results))
+    paths += plots.draw_compare(d, out)
+    md = out / "report.md"
+    md.write_text(compare.markdown(d))
+    page = out / "report.html"
+    page.write_text(compare.html_page(d, out))
     return paths + [md, page]

@@ -7,8 +7,9 @@ five pictures, and a missing one is never a silent gap.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -21,6 +22,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from ..congestion.model import CNP_TC  # noqa: E402
 from ..plan import Plan  # noqa: E402
 from .data import PLOTS, ReportData  # noqa: E402
+
+if TYPE_CHECKING:
+    from .compare import CompareData
 
 DPI = 110
 SIZE = (8.0, 4.2)
@@ -78,11 +82,18 @@ def flow_rates(d: ReportData, path: Path) -> Path:
 def flow_rates_figure(d: ReportData) -> Figure:
     """The per-flow rate plot, drawn but not saved (the caller closes it)."""
     fig, ax = _figure()
-    series = [f for f in d.flows if f.series]
     ax.set_title("Per-flow sending rate (RoCE payload the engine put on the wire)")
+    flow_rates_on(ax, d)
+    return fig
+
+
+def flow_rates_on(ax: Axes, d: ReportData, ymax_bps: float | None = None) -> None:
+    """Each flow's rate over time on `ax`, with line rate, fair share, events and the
+    real-equivalent axis; `ymax_bps`: a common scale (compare runs' panels)."""
+    series = [f for f in d.flows if f.series]
     if not series:
         _empty(ax, "no rate samples (the transfer finished before the first progress report)")
-        return fig
+        return
     peak = max(r for f in series for _, r in f.series)
     if d.link_rate_bps and peak > 1.02 * d.link_rate_bps:
         ax.text(0.01, 0.98, "above line rate: bursts (retransmissions too) queued at the "
@@ -99,11 +110,10 @@ def flow_rates_figure(d: ReportData) -> Figure:
                        label=f"fair share of one link (1/{len(series)})")
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("rate (Mbit/s)")
-    ax.set_ylim(0, max(peak, d.link_rate_bps or 0) / 1e6 * 1.15)
+    ax.set_ylim(0, max(peak, d.link_rate_bps or 0, ymax_bps or 0) / 1e6 * 1.15)
     ax.legend(fontsize=8, loc="upper right", ncols=2 if len(series) > 4 else 1)
     _events(ax, d)
     _real_axis(ax, d)
-    return fig
 
 
 def queue_depth(d: ReportData, plan: Plan | None, path: Path) -> Path:
@@ -241,3 +251,110 @@ def draw_all(d: ReportData, plan: Plan | None, out: Path) -> list[Path]:
         "ecmp_spread.png": lambda p: ecmp_spread(d, p),
     }
     return [makers[name](out / name) for name in PLOTS]
+
+
+# -- compare runs: one figure, every fabric ------------------------------------------------
+
+
+def _panels(n: int) -> tuple[Figure, list[Axes]]:
+    """One panel per fabric, stacked, sharing the time axis."""
+    fig, axes = plt.subplots(n, 1, figsize=(SIZE[0], 1.0 + 2.6 * n), dpi=DPI, sharex=True,
+                             layout="constrained", squeeze=False)
+    out = [a[0] for a in axes]
+    for ax in out:
+        ax.grid(True, alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+    return fig, out
+
+
+def compare_flow_rates(cd: CompareData, path: Path) -> Path:
+    """Each fabric's flow rates on its own panel, one y scale for all."""
+    fig, axes = _panels(len(cd.labels))
+    fig.suptitle("Per-flow sending rate, per fabric (RoCE payload the engine put on the wire)",
+                 fontsize=11)
+    peak = max((r for d in cd.fabrics.values() for f in d.flows for _, r in f.series), default=0.0)
+    for ax, label in zip(axes, cd.labels):
+        flow_rates_on(ax, cd.fabrics[label], ymax_bps=peak)
+        ax.set_title(f"{label}: lab {cd.labs[label]}", fontsize=10, loc="left")
+        if ax is not axes[-1]:
+            ax.set_xlabel("")
+    return _save(fig, path)
+
+
+def _grouped_bars(ax: Axes, groups: list[str], by_label: Mapping[str, Mapping[str, float | None]],
+                  scale: float, fmt: str) -> None:
+    """Bars per group (x), one per fabric, labelled with their values."""
+    labels = list(by_label)
+    width = 0.8 / max(1, len(labels))
+    for i, label in enumerate(labels):
+        xs = [g + (i - (len(labels) - 1) / 2) * width for g in range(len(groups))]
+        vals = [(by_label[label].get(g) or 0.0) / scale for g in groups]
+        bars = ax.bar(xs, vals, width=width * 0.92, color=PALETTE[i % len(PALETTE)], label=label)
+        ax.bar_label(bars, [fmt.format(v) if by_label[label].get(g) is not None else "-"
+                            for v, g in zip(vals, groups)], fontsize=8)
+    ax.set_xticks(range(len(groups)), groups)
+    top = max(((v or 0.0) / scale for m in by_label.values() for v in m.values()), default=0.0)
+    ax.set_ylim(0, (top or 1.0) * 1.18)
+    ax.legend(fontsize=8, loc="upper right", title="fabric", title_fontsize=8)
+    ax.grid(False)
+
+
+def compare_spine_bytes(cd: CompareData, path: Path) -> Path:
+    fig, ax = _figure()
+    ax.set_title("Bytes each spine sent (kernel port counters), by fabric")
+    spines = list(dict.fromkeys(s for m in cd.spine_bytes.values() for s in m))
+    if not spines or not any(v for m in cd.spine_bytes.values() for v in m.values()):
+        _empty(ax, "no port counters recorded")
+        return _save(fig, path)
+    _grouped_bars(ax, spines, cd.spine_bytes, 1e6, "{:.1f} MB")
+    ax.set_ylabel("MB")
+    return _save(fig, path)
+
+
+def compare_spine_rates(cd: CompareData, path: Path) -> Path:
+    fig, axes = _panels(len(cd.labels))
+    fig.suptitle("Each spine's sending rate over time (kernel port counters)", fontsize=11)
+    peak = max((r for m in cd.spine_rates.values() for s in m.values() for _, r in s),
+               default=0.0)
+    spines = sorted({s for m in cd.spine_bytes.values() for s in m})
+    for ax, label in zip(axes, cd.labels):
+        ax.set_title(f"{label}: lab {cd.labs[label]}", fontsize=10, loc="left")
+        series = cd.spine_rates.get(label) or {}
+        if not series:
+            _empty(ax, "no spine port sent more than control traffic")
+            continue
+        for spine, s in sorted(series.items()):
+            t, r = zip(*s)
+            ax.plot(t, [x / 1e6 for x in r], label=spine, lw=1.4,
+                    color=PALETTE[spines.index(spine) % len(PALETTE)] if spine in spines
+                    else None)
+        ax.set_ylabel("Mbit/s")
+        ax.set_ylim(0, peak / 1e6 * 1.15 or 1.0)
+        ax.legend(fontsize=8, loc="upper right")
+        _events(ax, cd.fabrics[label])
+    axes[-1].set_xlabel("wall time (s)")
+    return _save(fig, path)
+
+
+def compare_interruption(cd: CompareData, path: Path) -> Path:
+    fig, ax = _figure()
+    ax.set_title("Longest time without delivery progress, per flow and fabric")
+    flows = list(dict.fromkeys(f for m in cd.interruption.values() for f in m))
+    if not flows:
+        _empty(ax, "no flows")
+        return _save(fig, path)
+    _grouped_bars(ax, flows, cd.interruption, 1.0, "{:.2f} s")
+    ax.set_ylabel("wall seconds")
+    return _save(fig, path)
+
+
+def draw_compare(cd: CompareData, out: Path) -> list[Path]:
+    makers: dict[str, Callable[[Path], Path]] = {
+        "compare_flow_rates.png": lambda p: compare_flow_rates(cd, p),
+        "compare_spine_bytes.png": lambda p: compare_spine_bytes(cd, p),
+        "compare_spine_rates.png": lambda p: compare_spine_rates(cd, p),
+        "compare_interruption.png": lambda p: compare_interruption(cd, p),
+    }
+    from .compare import COMPARE_PLOTS
+
+    return [makers[name](out / name) for name in COMPARE_PLOTS]
