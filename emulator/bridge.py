@@ -41,19 +41,23 @@ def _nla(kind: int, payload: bytes) -> bytes:
     return body + b"\0" * (-len(body) % 4)
 
 
+def _request(kind: int, family: int, index: int, attrs: bytes) -> int:
+    """One rtnetlink request that changes no interface flags; the kernel's error code (0: ok)."""
+    body = struct.pack("=BxHiII", family, 0, index, 0, 0) + attrs  # ifi_flags = ifi_change = 0
+    msg = struct.pack("=IHHII", 16 + len(body), kind, NLM_F_REQUEST | NLM_F_ACK, 1, 0) + body
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:  # NETLINK_ROUTE
+        s.send(msg)
+        reply = s.recv(4096)
+    return -int(struct.unpack_from("=i", reply, 16)[0])
+
+
 def set_mac_limit(index: int, limit: int) -> None:
     """The bridge learns at most `limit` MACs (0: unlimited); unknown destinations flood."""
     data = _nla(IFLA_BR_FDB_MAX_LEARNED, struct.pack("=I", limit))
     info = _nla(IFLA_INFO_KIND, b"bridge\0") + _nla(IFLA_INFO_DATA | NLA_F_NESTED, data)
-    ifi = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, index, 0, 0)
-    body = ifi + _nla(IFLA_LINKINFO | NLA_F_NESTED, info)
-    msg = struct.pack("=IHHII", 16 + len(body), RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, 1, 0) + body
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:  # NETLINK_ROUTE
-        s.send(msg)
-        reply = s.recv(4096)
-    code = struct.unpack_from("=i", reply, 16)[0]
+    code = _request(RTM_NEWLINK, socket.AF_UNSPEC, index, _nla(IFLA_LINKINFO | NLA_F_NESTED, info))
     if code:
-        raise RealizeError(f"cannot set the MAC table limit to {limit}: {errno.errorcode.get(-code)} "
+        raise RealizeError(f"cannot set the MAC table limit to {limit}: {errno.errorcode.get(code)} "
                            "(the kernel needs IFLA_BR_FDB_MAX_LEARNED, Linux 6.7+)")
 
 
@@ -82,7 +86,7 @@ def create(ipr: IPRoute, plan: Plan, node: Node) -> None:
         vx = socket.if_nametoindex(l2.vxlan)
         ipr.link("set", index=vx, master=br)
         ipr.brport("set", index=vx, learning=0)  # remote MACs come from EVPN (zebra), not floods
-        ipr.link("set", index=vx, state="up")
+        ipr.link("set", index=vx, state="up")  # after brport set, which clears the port's flags
         # No IPv6 on br0 (FRR's SVI) or the VXLAN device: their link-local neighbours would
         # add MAC+IP type-2 routes that come and go; one type-2 per host MAC is the model.
         for dev in (node.bridge, l2.vxlan):
@@ -159,11 +163,19 @@ def _each_bridge(plan: Plan, fn: Any) -> None:
 
 
 def set_stp(plan: Plan, enabled: bool) -> None:
-    """STP on or off on every bridge. Off on a fabric with redundant links is a loop: every
-    blocked port forwards at once. On again: every port restarts at listening (no
-    forwarding) and the tree is rebuilt after 2 x forward delay."""
-    _each_bridge(plan, lambda ipr, br: ipr.link("set", index=br, kind="bridge",
-                                                br_stp_state=int(enabled)))
+    """STP on or off on every bridge, with every port restarted (the bridge bounced).
+
+    Off on a fabric with redundant links is a loop: every port comes back designated and,
+    without STP, forwarding at once (the kernel keeps a port it blocked blocked otherwise).
+    On again: every port comes back listening -- nothing is forwarded, so a storm stops
+    at once -- and the tree is rebuilt after 2 x forward delay.
+    """
+    def one(ipr: IPRoute, br: int) -> None:
+        ipr.link("set", index=br, kind="bridge", br_stp_state=int(enabled))
+        ipr.link("set", index=br, state="down")
+        ipr.link("set", index=br, state="up")
+
+    _each_bridge(plan, one)
 
 
 def flush_macs(plan: Plan) -> None:

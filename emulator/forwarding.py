@@ -57,11 +57,15 @@ def sports_via(plan: Plan, src: Node, dst: Node, via: str, n: int,
     A RoCE NIC takes the source port from the QP's flow label; picking it is
     how a test pins a QP to a path through the fabric's ECMP.
     """
+    if plan.fabric is FabricMode.L2:  # no choice to make: the tree's path must cross it
+        path = tree_uplink(plan, src, dst)
+        if path != via:
+            raise RocelabError(f"via: on fabric l2 the spanning tree sends {src.name} -> "
+                               f"{dst.name} through {path}, not {via} (no ECMP to steer)")
+        return [first + i for i in range(n)]
     if plan.fabric is not FabricMode.L3:
-        raise RocelabError(f"via: needs fabric l3 (on {plan.fabric.value} "
-                           + ("the spanning tree picks the path)" if plan.fabric is FabricMode.L2
-                              else "the kernel hashes the inner frame into the VXLAN source "
-                              "port)"))
+        raise RocelabError("via: needs fabric l3 or l2 (on evpn the kernel hashes the inner "
+                           "frame into the VXLAN source port)")
     found: list[int] = []
     for sport in range(first, min(65536, first + 64 * n + 256)):
         if egress_port(plan, src, dst, sport) == via:
@@ -70,6 +74,20 @@ def sports_via(plan: Plan, src: Node, dst: Node, via: str, n: int,
                 return found
     raise RocelabError(f"via: no UDP source port takes {src.name} -> {dst.name} through {via} "
                        f"(is {via} a next hop of {src.leaf}?)")
+
+
+def tree_uplink(plan: Plan, src: Node, dst: Node) -> str | None:
+    """On a healthy l2 fabric, the uplink src's leaf uses toward dst's leaf (None: same leaf)."""
+    if src.leaf == dst.leaf:
+        return None
+    tree = plan.stp_tree()
+    leaf = plan.node(src.leaf or "")
+    up = [p.name for p in leaf.interfaces if p.fabric and tree[leaf.name][p.name] == "forwarding"]
+    # A leaf is never designated toward a spine nearer the root: its one forwarding uplink
+    # toward the root is the root port; a leaf that is itself the root reaches every spine.
+    other = plan.node(dst.leaf or "")
+    return next((s for s in up if tree[s][other.name] == "forwarding"
+                 and tree[s][leaf.name] == "forwarding"), None) if up else None
 
 
 def learned_port(switch: Node, mac: str) -> str | None:

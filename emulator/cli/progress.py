@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -85,3 +87,12 @@ def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Calla
                   TransferSpeedColumn(), TimeElapsedColumn(), console=err_console) as bar:
         task = bar.add_task(title, total=total)
         yield lambda done, _total, *_: bar.update(task, completed=done)
+
+
+def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: transactions roll back, labs come down
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (a CI job's timeout, `kill`) unwinds a long command as Ctrl-C does."""
+    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)

@@ -12,7 +12,7 @@ from .. import lab, report
 from ..experiment import analysis, compare, runner
 from ..experiment.spec import load_fabrics
 from ..units import Dilation
-from .progress import progress
+from .progress import interrupt_on_sigterm, progress
 
 
 @click.command("run")
@@ -37,6 +37,7 @@ def command(experiment: str, out: str, keep: bool, name: str | None, as_json: bo
     Example: rocelab run experiments/incast.yaml --out out/incast
     """
     lab.require_root()
+    interrupt_on_sigterm()  # a killed run still takes its labs down
     if load_fabrics(experiment)[0].fabrics is not None:
         _compare(experiment, out, keep, name, as_json)
         return

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import signal
 import sys
-from typing import Any
 
 import click
 
@@ -10,12 +8,8 @@ from .. import lab, state
 from ..errors import ExitCode
 from ..plan import Plan
 from ..validate import Check, validate_lab
-from .progress import err_console, progress
+from .progress import err_console, interrupt_on_sigterm, progress
 from .validate import print_checks
-
-
-def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # unwinds `up`'s transaction like Ctrl-C
 
 
 @click.command("up")
@@ -33,7 +27,7 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool, run_
 
     Example: rocelab up topologies/clos-2x4.yaml
     """
-    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    interrupt_on_sigterm()
     with progress(f"up {topology}") as update:
         result = lab.up(topology, name=name, timeout_s=timeout, progress=update)
     p, t = result.plan, result.timings

@@ -58,7 +58,8 @@ class Engine:
                   index: int) -> QpConfig:
         c = self.config
         return QpConfig(qpn=local["qpn"], remote_qpn=remote["qpn"], send_psn=local["psn"],
-                        recv_psn=remote["psn"], mtu=job.mtu, rto=c.rto, rto_max=c.rto_max,
+                        recv_psn=remote["psn"], mtu=job.mtu, rto=c.rto,
+                        rto_max=max(job.rto_max_s, c.rto) if job.rto_max_s else c.rto_max,
                         window=c.window, cnp_interval=self.cnp_interval,
                         udp_sport=job.udp_sports[index] if job.udp_sports else 0)
 

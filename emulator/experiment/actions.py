@@ -23,7 +23,7 @@ from .spec import Action
 
 def apply(plan: Plan, action: Action) -> dict[str, Any]:
     """Carry out one action now; return what was done."""
-    kind, args = action.kind, getattr(action, action.kind)
+    kind, args = action.kind, action.args
     if kind == "ecn":  # arguments validated and defaulted by spec.Action
         set_ecn(plan, plan.node(args["node"]), args["enabled"])
     elif kind == "drain":
@@ -62,6 +62,7 @@ def broadcast(plan: Plan, args: dict[str, Any]) -> dict[str, Any]:
     return {"host": host.name, "leaf": leaf.name, "frames": sent, "burst_s": round(burst_s, 4),
             "uplink_packets": up1 - up0, "vxlan_packets": vx1 - vx0,
             "uplink_copies_per_frame": round((up1 - up0) / sent, 3) if sent else None,
+            "vxlan_copies_per_frame": round((vx1 - vx0) / sent, 3) if sent else None,
             "remote_vteps": (len(plan.of_kind(Kind.LEAF)) - 1
                              if plan.fabric is FabricMode.EVPN else None)}
 
@@ -80,7 +81,7 @@ class Timeline(threading.Thread):
 
     def _apply(self, action: Action) -> dict[str, Any]:
         """The actions that leave something running (churn, a loop) are the timeline's."""
-        kind, args = action.kind, getattr(action, action.kind)
+        kind, args = action.kind, action.args
         if kind == "churn":
             if args["flush"] and self.plan.fabric is not FabricMode.L3:
                 bridge.flush_macs(self.plan)  # start from empty tables: the churn fills them
@@ -96,6 +97,9 @@ class Timeline(threading.Thread):
                 left = (self.deadline or time.monotonic() + 60.0) - time.monotonic()
                 self._watchdog = watchdog.start(self.plan, max(0.0, left) + WATCHDOG_GRACE_S)
             bridge.set_stp(self.plan, args["enabled"])
+            if args["enabled"] and self._watchdog is not None:  # the loop is closed: stand down
+                kill_pids([self._watchdog])
+                self._watchdog = None
             return {"kind": kind, **args}
         if kind == "broadcast":
             return {"kind": kind, **broadcast(self.plan, args)}
@@ -132,7 +136,7 @@ class Timeline(threading.Thread):
         if cp is None:
             return
         for a in self.actions:
-            args = getattr(a, a.kind)
+            args = a.args
             try:
                 if a.kind == "ecn":
                     set_ecn(self.plan, self.plan.node(args["node"]), cp.ecn_on(args["node"]))

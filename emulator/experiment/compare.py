@@ -34,6 +34,7 @@ TRAFFIC_ROWS = ("traffic.bystanders.rx_bytes", "traffic.bystanders.rx_packets")
 # Rows present when they apply to some fabric
 HANDOFF_ROWS = ("summary.handoff_p50_s", "summary.handoff_p99_s")
 FAULT_ROWS = ("summary.convergence_s", "summary.faults_settled")
+BROADCAST_ROWS = ("frames", "uplink_copies_per_frame", "vxlan_copies_per_frame")
 SHAPED_ROWS = ("lossless_drops", "pfc.pauses")
 
 
@@ -89,6 +90,9 @@ def metrics(fabrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
         for k in ("detect_s", "converge_s"):
             if any_has(f"events.{i}.convergence.{k}"):
                 out.append(f"events.{i}.convergence.{k}")
+        for k in BROADCAST_ROWS:  # a broadcast burst: the copies its leaf sent upstream
+            if any_has(f"events.{i}.{k}"):
+                out.append(f"events.{i}.{k}")
     spines = list(dict.fromkeys(s for r in runs for s in ((r.get("traffic") or {})
                                                            .get("spine_bytes") or {})))
     out += [f"traffic.spine_bytes.{s}" for s in spines]

@@ -65,7 +65,8 @@ def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
     kv = flow.kv.model_dump() if flow.kv else None
     rate = dilation.wall_bps(parse_speed(flow.rate)) if flow.rate else 0.0
     return Job(Op(flow.op), size=parse_size(flow.size) if flow.size else 0, kv=kv, qps=flow.qps,
-               timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1}, rate_bps=rate)
+               timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1}, rate_bps=rate,
+               rto_max_s=parse_duration(flow.rto_max) if flow.rto_max is not None else 0.0)
 
 
 class FlowRun(threading.Thread):
@@ -280,12 +281,17 @@ def check(exp: Experiment, plan: Plan) -> None:
             raise RocelabError(f"flows.{f.name}.via: no spine {f.via!r}; spines: {', '.join(spines)}")
     switches = {n.name for n in plan.routers}
     for i, a in enumerate(exp.actions):
-        args = getattr(a, a.kind)
+        args = a.args
         if a.kind == "ecn" and args["node"] not in switches:
             raise RocelabError(f"actions.{i}.ecn.node: no switch {args['node']!r}; "
                                f"switches: {', '.join(sorted(switches))}")
-        if a.kind in ("drain", "dcqcn"):
+        if a.kind in ("drain", "dcqcn", "broadcast", "churn"):
             workload.host(plan, args["host"], option=f"actions.{i}.{a.kind}.host")
+        if a.kind == "stp" and not a.args["enabled"] and plan.fabric.value == "l2" \
+                and plan.congestion is None and len(spines) > 1:
+            raise RocelabError(f"actions.{i}.stp: STP off on {plan.lab} makes a loop on unshaped "
+                               "links, a storm as fast as the CPUs go: use a topology with "
+                               "`congestion: enabled: true` (every port shaped)")
         if a.kind == "fault":
             _fault_target(plan, args, f"actions.{i}.fault")
     needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
@@ -322,7 +328,7 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
     flows = [FlowRun(plan, f, t0, deadline) for f in exp.flows]
     for f in flows:
         f.pin()
-    timeline = actions.Timeline(plan, exp.actions, t0)
+    timeline = actions.Timeline(plan, exp.actions, t0, deadline)
     with contextlib.ExitStack() as stack:
         stack.callback(counters.stop)  # idempotent: the sockets are closed on any error too
         ctx = FabricRun(label, plan.lab, plan, t0, timeline.events, progress)

@@ -37,6 +37,11 @@ class Flow(Strict):
     via: str | None = None  # pin every QP of the flow to this spine (UDP source port choice)
     rate: str | None = Field(None, description="rate limit of the flow, real-equivalent "
                              "(e.g. 100G): its QPs' NIC rate limiters, split evenly")
+    rto_max: Duration | None = Field(
+        None, description="Longest retransmission timeout (wall): the backoff doubles up to "
+        "it, and a QP fails after 7 timeouts in a row without progress, so it bounds the "
+        "outage a transfer survives (engine default: ~9 s in all); raise it to ride out an "
+        "STP reconvergence")
     repeat: Annotated[int, Field(ge=1, le=10000)] = Field(
         1, description="Transfers back to back (each on new QPs, like KV handoffs); "
         "results give each one's start and duration")
@@ -48,6 +53,13 @@ class Flow(Strict):
         if self.size is not None:
             parse_size(self.size, "size")
         return self
+
+    @field_validator("rto_max")
+    @classmethod
+    def _rto_max(cls, v: str | float | None) -> str | float | None:
+        if v is not None:
+            parse_duration(v, None, positive=True)
+        return v
 
     @field_validator("rate")
     @classmethod
@@ -62,12 +74,44 @@ ACTION_ARGS = {"ecn": ("node", "enabled", False), "drain": ("host", "enabled", T
                "dcqcn": ("host", "profile", "off")}
 
 
+class Stp(Strict):
+    enabled: bool = Field(False, description="false: every bridge's STP off -- on a fabric "
+                          "with redundant links, a loop. A watchdog turns it back on at the "
+                          "experiment's end even if the run dies.")
+
+
+class Broadcast(Strict):
+    host: str = Field(description="The host that sends the burst.")
+    frames: Annotated[int, Field(ge=1, le=100000)] = Field(100, description="ARP requests (broadcast).")
+    pps: Annotated[float, Field(gt=0, le=100000, strict=False)] = Field(
+        1000, description="Frames per second.")
+
+
+class Churn(Strict):
+    host: str = Field(description="The bystander that sends from made-up MACs until the run ends.")
+    macs: Annotated[int, Field(ge=1, le=65536)] = Field(64, description="Distinct source MACs.")
+    pps: Annotated[float, Field(gt=0, le=20000, strict=False)] = Field(
+        1000, description="Frames per second, round robin over the MACs.")
+    flush: bool = Field(True, description="Empty every bridge's MAC table first, so the churn "
+                        "fills it before anything else is learned.")
+
+
+ACTION_KINDS = ("ecn", "drain", "dcqcn", "fault", "stp", "broadcast", "churn")
+
+
 class Action(Strict):
     at: Duration
     ecn: dict[str, Any] | None = Field(None, description="{node: leaf3, enabled: false}")
     drain: dict[str, Any] | None = Field(None, description="{host: decode1, enabled: false}")
     dcqcn: dict[str, Any] | None = Field(None, description="{host: prefill1, profile: paper|nvidia|off}")
     fault: dict[str, Any] | None = Field(None, description="{fail: link, a: leaf1, b: spine2} (see faults)")
+    stp: Stp | None = Field(None, description="{enabled: false}: the storm demo's loop (fabric l2; "
+                            "a no-op, recorded, on routed fabrics)")
+    broadcast: Broadcast | None = Field(None, description="{host: prefill1, frames: 100, pps: 1000}: "
+                                        "a burst of broadcast ARP requests; records the copies "
+                                        "its leaf sent upstream")
+    churn: Churn | None = Field(None, description="{host: decode4, macs: 64, pps: 1000}: a "
+                                "bystander keeping MAC tables full")
 
     @field_validator("ecn", "drain", "dcqcn")
     @classmethod
@@ -91,14 +135,20 @@ class Action(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Action:
-        kinds = [k for k in ("ecn", "drain", "dcqcn", "fault") if getattr(self, k) is not None]
+        kinds = [k for k in ACTION_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError("give exactly one of ecn, drain, dcqcn, fault")
+            raise ValueError(f"give exactly one of {', '.join(ACTION_KINDS)}")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("ecn", "drain", "dcqcn", "fault") if getattr(self, k) is not None)
+        return next(k for k in ACTION_KINDS if getattr(self, k) is not None)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The action's arguments as a plain dict (models dumped)."""
+        v = getattr(self, self.kind)
+        return v.model_dump() if isinstance(v, Strict) else dict(v)
 
 
 class Experiment(Strict):
