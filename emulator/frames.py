@@ -29,13 +29,13 @@ def _mac_bytes(mac: str) -> bytes:
     return bytes.fromhex(mac.replace(":", ""))
 
 
-def arp_request(src_mac: str, src_ip: str, target_ip: str) -> bytes:
-    """A broadcast ARP who-has: the BUM frame every L2 domain floods."""
+def arp_request(src_mac: str, src_ip: str, target_ip: str, size: int = MIN_FRAME) -> bytes:
+    """A broadcast ARP who-has, padded to `size` bytes: the BUM frame every L2 domain floods."""
     mac = _mac_bytes(src_mac)
     arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, mac,
                       socket.inet_aton(src_ip), b"\0" * 6, socket.inet_aton(target_ip))
     frame = BROADCAST + mac + struct.pack("!H", ETH_P_ARP) + arp
-    return frame.ljust(MIN_FRAME, b"\0")
+    return frame.ljust(max(size, MIN_FRAME), b"\0")
 
 
 def churn_mac(i: int) -> bytes:
@@ -86,9 +86,10 @@ def send_paced(host: Node, frames: list[bytes], pps: float,
     return sent
 
 
-def broadcast_burst(plan: Plan, host: Node, count: int, pps: float) -> int:
-    """`count` broadcast ARP requests from `host` (for an address nobody has)."""
-    frame = arp_request(host.interfaces[0].mac, host.address or "0.0.0.0", unused_address(plan))
+def broadcast_burst(plan: Plan, host: Node, count: int, pps: float, size: int = MIN_FRAME) -> int:
+    """`count` broadcast ARP requests of `size` bytes from `host` (for an address nobody has)."""
+    frame = arp_request(host.interfaces[0].mac, host.address or "0.0.0.0", unused_address(plan),
+                        size)
     return send_paced(host, [frame] * count, pps)
 
 

@@ -39,6 +39,9 @@ SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc
             "access_errors", "duplicates", "packets_sent", "cnps_rx", "cnps_tx")
 
 
+ACK_TIMEOUT_BACKOFF = 16  # a flow's ack_timeout doubles per retry up to this many times it
+
+
 class Engine:
     def __init__(self, lab: str, host: str, ip: str, sock_path: Path, config: EngineConfig):
         self.lab, self.host, self.ip, self.sock_path = lab, host, ip, sock_path
@@ -58,8 +61,8 @@ class Engine:
                   index: int) -> QpConfig:
         c = self.config
         return QpConfig(qpn=local["qpn"], remote_qpn=remote["qpn"], send_psn=local["psn"],
-                        recv_psn=remote["psn"], mtu=job.mtu, rto=c.rto,
-                        rto_max=max(job.rto_max_s, c.rto) if job.rto_max_s else c.rto_max,
+                        recv_psn=remote["psn"], mtu=job.mtu, rto=job.ack_timeout_s or c.rto,
+                        rto_max=max(c.rto_max, ACK_TIMEOUT_BACKOFF * job.ack_timeout_s),
                         window=c.window, cnp_interval=self.cnp_interval,
                         udp_sport=job.udp_sports[index] if job.udp_sports else 0)
 

@@ -87,7 +87,7 @@ class Job:
     extra: dict[str, Any] = field(default_factory=dict)
     udp_sports: list[int] = field(default_factory=list)  # per QP; empty: derived from QPNs
     rate_bps: float = 0.0  # the flow's rate limit (wall bit/s, split over its QPs); 0: none
-    rto_max_s: float = 0.0  # longest retransmission timeout (wall s); 0: the engine's default
+    ack_timeout_s: float = 0.0  # the QPs' first retransmission timeout (wall s); 0: engine's
 
     def __post_init__(self) -> None:
         if not 1 <= self.qps <= 64:
@@ -96,8 +96,8 @@ class Job:
                                 or not all(1 <= s <= 65535 for s in self.udp_sports)):
             raise RocelabError(f"udp_sports: need {self.qps} ports in 1..65535 "
                                f"(got {self.udp_sports})")
-        if self.rto_max_s < 0:
-            raise RocelabError(f"rto_max: must be positive (got {self.rto_max_s})")
+        if self.ack_timeout_s < 0:
+            raise RocelabError(f"ack_timeout: must be positive (got {self.ack_timeout_s})")
         if self.rate_bps < 0:
             raise RocelabError(f"--rate: must be positive (got {self.rate_bps})")
         if self.kv is None and self.size <= 0:

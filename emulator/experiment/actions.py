@@ -55,7 +55,7 @@ def broadcast(plan: Plan, args: dict[str, Any]) -> dict[str, Any]:
     leaf = plan.node(host.leaf or "")
     up0, vx0 = _uplink_tx_packets(leaf)
     t = time.monotonic()
-    sent = frames.broadcast_burst(plan, host, args["frames"], args["pps"])
+    sent = frames.broadcast_burst(plan, host, args["frames"], args["pps"], args["size"])
     burst_s = time.monotonic() - t
     time.sleep(SETTLE_COUNTERS_S)
     up1, vx1 = _uplink_tx_packets(leaf)

@@ -66,7 +66,8 @@ def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
     rate = dilation.wall_bps(parse_speed(flow.rate)) if flow.rate else 0.0
     return Job(Op(flow.op), size=parse_size(flow.size) if flow.size else 0, kv=kv, qps=flow.qps,
                timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1}, rate_bps=rate,
-               rto_max_s=parse_duration(flow.rto_max) if flow.rto_max is not None else 0.0)
+               ack_timeout_s=parse_duration(flow.ack_timeout) if flow.ack_timeout is not None
+               else 0.0)
 
 
 class FlowRun(threading.Thread):

@@ -37,11 +37,11 @@ class Flow(Strict):
     via: str | None = None  # pin every QP of the flow to this spine (UDP source port choice)
     rate: str | None = Field(None, description="rate limit of the flow, real-equivalent "
                              "(e.g. 100G): its QPs' NIC rate limiters, split evenly")
-    rto_max: Duration | None = Field(
-        None, description="Longest retransmission timeout (wall): the backoff doubles up to "
-        "it, and a QP fails after 7 timeouts in a row without progress, so it bounds the "
-        "outage a transfer survives (engine default: ~9 s in all); raise it to ride out an "
-        "STP reconvergence")
+    ack_timeout: Duration | None = Field(
+        None, description="The QPs' first retransmission timeout (wall; an RC NIC's local "
+        "ACK timeout): it doubles per retry up to 16x, and a QP fails after 7 timeouts in a "
+        "row without progress, so it bounds the outage a transfer survives (engine default: "
+        "~9 s in all; 1s: ~2 minutes); raise it to ride out an STP reconvergence")
     repeat: Annotated[int, Field(ge=1, le=10000)] = Field(
         1, description="Transfers back to back (each on new QPs, like KV handoffs); "
         "results give each one's start and duration")
@@ -54,9 +54,9 @@ class Flow(Strict):
             parse_size(self.size, "size")
         return self
 
-    @field_validator("rto_max")
+    @field_validator("ack_timeout")
     @classmethod
-    def _rto_max(cls, v: str | float | None) -> str | float | None:
+    def _ack_timeout(cls, v: str | float | None) -> str | float | None:
         if v is not None:
             parse_duration(v, None, positive=True)
         return v
@@ -85,6 +85,8 @@ class Broadcast(Strict):
     frames: Annotated[int, Field(ge=1, le=100000)] = Field(100, description="ARP requests (broadcast).")
     pps: Annotated[float, Field(gt=0, le=100000, strict=False)] = Field(
         1000, description="Frames per second.")
+    size: Annotated[int, Field(ge=60, le=1514)] = Field(
+        60, description="Frame size in bytes (an ARP request padded with zeros).")
 
 
 class Churn(Strict):
