@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -45,15 +47,7 @@ def command(experiment: str, out: str, keep: bool, name: str | None, as_json: bo
         res, plan = runner.run(experiment, keep=keep, name=name, progress=update)
         update(f"writing the report into {out}")
         report.save(Path(out), res, plan)
-    code, why = analysis.verdict(res)
-    if as_json:
-        click.echo(json.dumps(res, indent=1))
-    else:
-        _print(res, out)
-        if code:
-            Console().print(f"[red]{why}[/]", soft_wrap=True)
-    if code:
-        sys.exit(code)
+    _finish(res, *analysis.verdict(res), as_json, lambda: _print(res, out))
 
 
 def _compare(experiment: str, out: str, keep: bool, name: str | None, as_json: bool) -> None:
@@ -61,11 +55,15 @@ def _compare(experiment: str, out: str, keep: bool, name: str | None, as_json: b
         res, plans = runner.run_compare(experiment, keep=keep, name=name, progress=update)
         update(f"writing the report into {out}")
         report.save_compare(Path(out), res, plans)
-    code, why = compare.verdict(res)
+    _finish(res, *compare.verdict(res), as_json, lambda: _print_compare(res, out))
+
+
+def _finish(res: Any, code: int, why: str, as_json: bool, show: Callable[[], None]) -> None:
+    """Print the results (JSON, or the table and why it failed) and exit with the verdict."""
     if as_json:
         click.echo(json.dumps(res, indent=1))
     else:
-        _print_compare(res, out)
+        show()
         if code:
             Console().print(f"[red]{why}[/]", soft_wrap=True)
     if code:

@@ -194,7 +194,7 @@ def markdown(d: CompareData) -> str:
 def html_page(d: CompareData, out: Path) -> str:
     import html
 
-    from .html import CSS, _img, _table
+    from .html import CSS, _table, plots_and_tables
 
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(d.title)}"
              f"</title><style>{CSS}</style></head><body>", f"<h1>{html.escape(d.title)}</h1>",
@@ -204,13 +204,7 @@ def html_page(d: CompareData, out: Path) -> str:
     if any(x > 1 for x in d.dilation.values()):
         parts.append("<p class='note'>Durations are wall time; real-equivalent = wall / D.</p>")
     parts.append(_table(d.headline, "headline"))
-    parts.append("<h2>Plots</h2><div class='grid'>")
-    for name, (title, what) in COMPARE_PLOTS.items():
-        parts.append(f"<figure>{_img(out / name, title)}<figcaption>{html.escape(title)}: "
-                     f"{html.escape(what)}</figcaption></figure>")
-    parts.append("</div>")
-    for name, rows in d.tables.items():
-        parts.append(f"<h2>{html.escape(name[:1].upper() + name[1:])}</h2>" + _table(rows))
+    parts += plots_and_tables(out, COMPARE_PLOTS, d.tables)
     parts.append("<h2>Each fabric</h2><ul>" + "".join(
         f"<li><a href='{html.escape(lb)}/report.html'>{html.escape(lb)}</a>: the full report "
         f"of lab {html.escape(d.labs[lb])}</li>" for lb in d.labels) + "</ul>")

@@ -43,6 +43,19 @@ def _table(rows: list[list[str]], cls: str = "") -> str:
     return "".join(out) + "</table>"
 
 
+def plots_and_tables(out: Path, plots: dict[str, tuple[str, str]],
+                     tables: dict[str, list[list[str]]]) -> list[str]:
+    """The plots (a grid of captioned figures), then one titled table each."""
+    parts = ["<h2>Plots</h2><div class='grid'>"]
+    for name, (title, what) in plots.items():
+        parts.append(f"<figure>{_img(out / name, title)}<figcaption>{html.escape(title)}: "
+                     f"{html.escape(what)}</figcaption></figure>")
+    parts.append("</div>")
+    for name, rows in tables.items():
+        parts.append(f"<h2>{html.escape(name[:1].upper() + name[1:])}</h2>" + _table(rows))
+    return parts
+
+
 def render(d: ReportData, out: Path) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(d.title)}"
              f"</title><style>{CSS}</style></head><body>", f"<h1>{html.escape(d.title)}</h1>"]
@@ -54,13 +67,7 @@ def render(d: ReportData, out: Path) -> str:
         parts.append("<h2>Topology</h2><figure>" + _img(out / "topology.png", "topology") +
                      "<figcaption>Links coloured by how busy they were during the run.</figcaption>"
                      "</figure>")
-    parts.append("<h2>Plots</h2><div class='grid'>")
-    for name, (title, what) in PLOTS.items():
-        parts.append(f"<figure>{_img(out / name, title)}<figcaption>{html.escape(title)}: "
-                     f"{html.escape(what)}</figcaption></figure>")
-    parts.append("</div>")
-    for name, rows in d.tables.items():
-        parts.append(f"<h2>{html.escape(name[:1].upper() + name[1:])}</h2>" + _table(rows))
+    parts += plots_and_tables(out, PLOTS, d.tables)
     if d.events:
         parts.append("<h2>Events</h2>" + _table(_events(d)))
     parts.append("</body></html>\n")
