@@ -115,3 +115,45 @@ def test_evpn_leaf_bridges_host_ports_and_the_vxlan_device(evpn):
     with netns.entered(leaf.netns):
         st = bridge.bridge_state(leaf, plan.l2)
     assert {p.port for p in st["ports"]} == {"prefill1", "prefill2", plan.l2.vxlan}
+
+
+@pytest.mark.parametrize("which", ["l2", "evpn"])
+def test_metrics_top_and_kv_work_on_bridged_fabrics(which, request):
+    lab_ = request.getfixturevalue(which)
+    scrape = cli("metrics", lab_.name, "--once").stdout
+    assert "rocelab_port_tx_bytes_total" in scrape or "rocelab_" in scrape
+    bgp_up = [line for line in scrape.splitlines() if line.startswith("rocelab_bgp_daemon_up")]
+    assert bool(bgp_up) is (which == "evpn")  # no FRR on an l2 fabric, underlay FRR on evpn
+    assert "prefill1" in cli("top", lab_.name, "--once").stdout
+    kv = json.loads(cli("kv", lab_.name, "--tokens", "32", "--requests", "2", "--json").stdout)
+    assert kv["integrity_ok"] if "integrity_ok" in kv else all(
+        r["integrity_ok"] for r in kv.get("requests", kv.get("results", [])))
+
+
+def test_congestion_plane_on_an_evpn_fabric():
+    """Shaped ports, ECN and PFC on an EVPN lab: RoCE rides VXLAN with its DSCP (tos inherit)."""
+    from emulator import lab as lab_mod
+    from emulator.congestion.maps import StatsReader
+
+    topo = {"name": f"{PREFIX}evcc", "fabric": "evpn",
+            "congestion": {"enabled": True, "max_link_rate": "100M"}}
+    try:
+        lab_mod.up(topo)
+        plan = state.lab_plan(topo["name"])
+        a, b = plan.node("prefill1"), plan.node("decode1")
+        client.ensure_engines(plan, [a, b])
+        r = client.transfer(plan, a, b, Job(Op.WRITE, size=4 << 20, qps=2, timeout_s=60))
+        assert r["integrity_ok"]
+        stats = StatsReader(plan)
+        try:
+            rows = stats.read()
+        finally:
+            stats.close()
+        # The leaf's uplinks carried the transfer in the lossless class (TC 3): the outer
+        # VXLAN header inherited the RoCE DSCP.
+        uplinks = {p.name for p in plan.node("leaf1").interfaces if p.fabric}
+        tc3 = sum(row.values["tx_bytes"] for row in rows
+                  if row.node == "leaf1" and row.port in uplinks and row.tc == 3)
+        assert tc3 >= 4 << 20
+    finally:
+        lab_mod.down(topo["name"])
