@@ -124,7 +124,8 @@ def test_metrics_top_and_kv_work_on_bridged_fabrics(which, request):
     assert "rocelab_port_tx_bytes_total" in scrape or "rocelab_" in scrape
     bgp_up = [line for line in scrape.splitlines() if line.startswith("rocelab_bgp_daemon_up")]
     assert bool(bgp_up) is (which == "evpn")  # no FRR on an l2 fabric, underlay FRR on evpn
-    assert "prefill1" in cli("top", lab_.name, "--once").stdout
+    top = cli("top", lab_.name, "--once", "--interval", "0.5").stdout
+    assert "hottest ports" in top and lab_.name in top
     kv = json.loads(cli("kv", lab_.name, "--tokens", "32", "--requests", "2", "--json").stdout)
     assert kv["integrity_ok"] if "integrity_ok" in kv else all(
         r["integrity_ok"] for r in kv.get("requests", kv.get("results", [])))
