@@ -378,6 +378,10 @@ def _check_bridged(topo: Topology, source: str, switches: set[str]) -> None:
                             "set it false or use fabric l3/evpn")
         if topo.asn.overrides:
             raise SpecError(source, "asn.overrides", "fabric l2 runs no BGP")
+        if not topo.l2.stp and topo.spines > 1 and not topo.congestion.enabled:
+            raise SpecError(source, "l2.stp", f"false with {topo.spines} spines is a loop: a "
+                            "broadcast storm from the first frame, as fast as the CPUs go; "
+                            "shape every port (congestion: enabled: true) or keep STP on")
     if topo.fabric is FabricMode.EVPN and topo.links.mtu + VXLAN_OVERHEAD > 65535:
         raise SpecError(source, "links.mtu", f"fabric {mode} carries hosts' frames in VXLAN "
                         f"({VXLAN_OVERHEAD} bytes more): at most {65535 - VXLAN_OVERHEAD}")
