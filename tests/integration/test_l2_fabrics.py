@@ -158,3 +158,18 @@ def test_congestion_plane_on_an_evpn_fabric():
         assert tc3 >= 4 << 20
     finally:
         lab_mod.down(topo["name"])
+
+
+def test_evpn_uplink_failure_reroutes_the_underlay(evpn):
+    """A leaf uplink fails under the overlay: the underlay's ECMP toward every other VTEP
+    shrinks to the surviving spine, EVPN keeps every remote VTEP, and a transfer is intact."""
+    ev = json.loads(cli("fail", evpn.name, "link", "leaf1", "spine1", "--json").stdout)
+    assert ev["convergence"]["settled"] and ev["convergence"]["converge_s"] < 2.0
+    assert ev["convergence"]["leaf_ecmp"]["leaf1"] == [1, 1]  # toward the 3 other VTEPs
+    st = evpn.status()
+    assert st["converged"] and not st["healthy"]
+    assert all(len(v["remote_vteps"]) == 3 for v in st["evpn"])
+    assert _transfer(evpn.plan, "prefill1", "decode3")["integrity_ok"]
+    heal = json.loads(cli("heal", evpn.name, "--all", "--json").stdout)
+    assert heal["convergence"]["settled"]
+    assert evpn.status()["healthy"]
