@@ -21,6 +21,7 @@ from .spec import Addressing, FabricMode, Role, Topology
 from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
+MAX_ASN = 4294967294  # 4-byte ASNs; 4294967295 is reserved
 BRIDGE = "br0"  # the one bridge of a bridging switch (fabric l2; leaves of fabric evpn)
 VXLAN_OVERHEAD = 50  # outer Ethernet + IPv4 + UDP + VXLAN: the underlay's MTU is this much larger
 STP_PRIORITY_ROOT, STP_PRIORITY_SPINE, STP_PRIORITY_LEAF = 4096, 8192, 32768
@@ -390,6 +391,9 @@ def _asns(topo: Topology, source: str, spines: list[str], leaves: list[str]) -> 
     asns = {s: topo.asn.spine for s in spines}
     asns.update({leaf: topo.asn.leaf_base + i for i, leaf in enumerate(leaves)})
     asns.update(topo.asn.overrides)
+    if asns[leaves[-1]] > MAX_ASN and leaves[-1] not in topo.asn.overrides:
+        raise SpecError(source, "asn.leaf_base", f"{leaves[-1]} would get ASN {asns[leaves[-1]]}: "
+                        f"at most {MAX_ASN - len(leaves) + 1} for {len(leaves)} leaves")
     seen: dict[int, str] = {}
     for leaf in leaves:  # RFC 7938: a leaf needs its own ASN or eBGP loop checks drop routes
         asn = asns[leaf]

@@ -21,10 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from .errors import SpecError
-from .units import SPEED_RE, UnitError, parse_size, speed_or_zero
+from .units import SPEED_RE, UnitError, parse_size, parse_speed
 
-LAB_NAME = r"^[a-z][a-z0-9]{0,14}(-[a-z0-9]+)*$"
+LAB_NAME = r"[a-z][a-z0-9]{0,14}(-[a-z0-9]+)*"
+THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 MAX_LAB_NAME = 24
+MAX_SHOWN = 64  # characters of a bad value an error line repeats
 
 
 class Addressing(str, Enum):
@@ -57,8 +59,10 @@ class Links(Strict):
     def _speed(cls, v: str) -> str:
         if not SPEED_RE.match(v):
             raise ValueError("must be a rate like 100G, 400G or 25000M")
-        if not speed_or_zero(v):
-            raise ValueError("must be greater than zero")
+        try:
+            parse_speed(v, None)
+        except UnitError as e:
+            raise ValueError(str(e).split(" (got")[0]) from None  # the value is shown once
         return v
 
 
@@ -96,6 +100,10 @@ class Pools(Strict):
             net = ipaddress.IPv4Network(v, strict=True)
         except ValueError as e:
             raise ValueError(f"must be an IPv4 network like 10.0.0.0/24 ({e})") from None
+        if (net.subnet_of(THIS_NETWORK) or net.is_loopback or net.is_link_local
+                or net.is_multicast or net.is_reserved):
+            raise ValueError("must be a unicast range: not 0.0.0.0/8, loopback, link-local "
+                             "(169.254/16: unnumbered next hops), multicast or reserved")
         return str(net)
 
 
@@ -175,9 +183,11 @@ class Congestion(Strict):
 
 def _check_size(v: str) -> str:
     try:
-        parse_size(v)
-    except UnitError:
-        raise ValueError("must be a size like 150KB, 1500KB, 1MiB or 4096") from None
+        parse_size(v, None)
+    except UnitError as e:
+        problem = str(e).split(" (got")[0]
+        raise ValueError(problem if problem.startswith("must") else
+                         "must be a size like 150KB, 1500KB, 1MiB or 4096") from None
     return v
 
 
@@ -316,7 +326,7 @@ class Topology(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if len(v) > MAX_LAB_NAME or not re.match(LAB_NAME, v):
+        if len(v) > MAX_LAB_NAME or not re.fullmatch(LAB_NAME, v):  # fullmatch: no "lab\n"
             raise ValueError(
                 f"must be 1-{MAX_LAB_NAME} characters: lowercase letters and digits, "
                 "single dashes between them, starting with a letter")
@@ -345,7 +355,10 @@ def _describe(err: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
     msg = msg[0].lower() + msg[1:] if msg else msg
     if kind == "enum":
         msg = "must be one of " + err["ctx"]["expected"].replace(" or ", ", ")
-    return loc, f"{msg} (got {json.dumps(got, default=str)})"
+    shown = json.dumps(got, default=str)
+    if len(shown) > MAX_SHOWN:  # an error stays one short line, whatever the input was
+        shown = shown[: MAX_SHOWN - 5] + '..."' + ("" if shown.startswith('"') else " ...")
+    return loc, f"{msg} (got {shown})"
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:

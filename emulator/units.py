@@ -20,6 +20,16 @@ class UnitError(RocelabError, ValueError):
     """A size, speed or duration that does not parse (or is out of range)."""
 
 
+MAX_SIZE = 2**50  # 1 PiB: far beyond any buffer or transfer, and a finite int
+MAX_SPEED = 10**14  # 100 Tbit/s
+
+
+def _short(text: object, limit: int = 24) -> str:
+    """repr(text), cut to `limit` characters: an error line stays one short line."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
+
+
 def _fail(field: str | None, problem: str) -> UnitError:
     return UnitError(f"{field}: {problem}" if field else problem)
 
@@ -35,7 +45,10 @@ def parse_size(text: str | int, field: str | None = "--size") -> int:
     if not m:
         raise _fail(field, f"{text!r} is not a size like 64MiB, 150KB or 4096")
     number, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
-    size = int(number * (1024 if binary else 1000) ** " KMGT".index(unit or " "))
+    scaled = number * (1024 if binary else 1000) ** " KMGT".index(unit or " ")
+    if not scaled < MAX_SIZE:  # also inf: hundreds of digits
+        raise _fail(field, f"must be below 1 PiB (got {_short(text)})")
+    size = int(scaled)
     if size <= 0:
         raise _fail(field, f"must be positive (got {text!r})")
     return size
@@ -50,7 +63,10 @@ def parse_speed(text: str, field: str | None = "speed") -> int:
     m = SPEED_RE.match(str(text))
     if not m:
         raise _fail(field, f"{text!r} is not a rate like 100G, 400G or 25000M")
-    bps = int(float(m.group(1)) * SPEED_UNITS[m.group(2).upper()])
+    scaled = float(m.group(1)) * SPEED_UNITS[m.group(2).upper()]
+    if not scaled < MAX_SPEED:  # also inf: hundreds of digits
+        raise _fail(field, f"must be below 100T (got {_short(text)})")
+    bps = int(scaled)
     if bps <= 0:
         raise _fail(field, f"must be greater than zero (got {text!r})")
     return bps

@@ -75,6 +75,11 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str]) ->
     except RocelabError as e:
         raise SpecError(source, "congestion", str(e)) from None
     _check(source, sizes, c, switches, hosts)
+    if not math.isfinite(dilation) or speed / dilation < MIN_SHAPED_BPS:
+        field = "congestion.dilation" if c.dilation != "auto" else "congestion.max_link_rate"
+        raise SpecError(source, field, f"would shape links at {speed / dilation:g} bit/s: "
+                        f"at least {MIN_SHAPED_BPS // 1000} kbit/s, so dilation at most "
+                        f"{speed // MIN_SHAPED_BPS:g} for links.speed {topo.links.speed}")
     try:
         overrides = parse_overrides(c.dcqcn.overrides)
     except RocelabError as e:
@@ -90,7 +95,16 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str]) ->
         dcqcn_overrides=tuple(overrides.items()))
 
 
+MAX_THRESHOLD = 2**32 - 1  # the BPF dataplane keeps thresholds and depths in 32 bits
+MIN_SHAPED_BPS = 100_000  # below this a port would pass a jumbo frame less than once a second
+
+
 def _check(source: str, sizes: dict[str, int], c, switches: set[str], hosts: set[str]) -> None:
+    for key, where in (("kmin", "ecn.kmin"), ("kmax", "ecn.kmax"), ("xoff", "pfc.xoff"),
+                       ("xon", "pfc.xon"), ("buffer", "buffer")):
+        if sizes[key] > MAX_THRESHOLD:
+            raise SpecError(source, f"congestion.{where}", "must be at most 4GiB - 1 (the "
+                            f"dataplane counts bytes in 32 bits; got {sizes[key]})")
     if sizes["kmin"] >= sizes["kmax"]:
         raise SpecError(source, "congestion.ecn.kmin", f"must be below kmax ({c.ecn.kmax})")
     if sizes["xon"] >= sizes["xoff"]:

@@ -47,3 +47,16 @@ def test_errors_name_the_field_and_what_is_allowed(call, message):
 
 def test_speed_or_zero_is_zero_for_anything_not_a_positive_speed():
     assert speed_or_zero("fast") == speed_or_zero("0G") == speed_or_zero("") == 0
+
+
+@pytest.mark.parametrize("parse, text", [
+    (parse_size, "9" * 400 + "KiB"), (parse_size, "2TiB"),
+    (parse_speed, "9" * 400 + "G"), (parse_speed, "100T"),
+])
+def test_huge_quantities_are_one_line_errors_not_overflows(parse, text):
+    if text == "2TiB":  # large but fine: below the 1 PiB bound
+        assert parse(text) == 2 * 1024**4
+        return
+    with pytest.raises(UnitError) as e:
+        parse(text)
+    assert "below" in str(e.value) and len(str(e.value)) < 100
