@@ -357,7 +357,8 @@ def _describe(err: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
         msg = "must be one of " + err["ctx"]["expected"].replace(" or ", ", ")
     shown = json.dumps(got, default=str)
     if len(shown) > MAX_SHOWN:  # an error stays one short line, whatever the input was
-        shown = shown[: MAX_SHOWN - 5] + '..."' + ("" if shown.startswith('"') else " ...")
+        shown = (shown[: MAX_SHOWN - 4] + '..."' if shown.startswith('"')
+                 else shown[: MAX_SHOWN - 4] + " ...")
     return loc, f"{msg} (got {shown})"
 
 

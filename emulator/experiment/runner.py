@@ -302,14 +302,10 @@ def check(exp: Experiment, plan: Plan) -> None:
 
 
 def _fault_target(plan: Plan, args: dict[str, Any], field: str) -> None:
-    """A fault action's node or link exists in this plan (the fault model's own check)."""
-    what = args.get("fail", args.get("heal"))
+    """A fault action parses as it will when it runs: its verb, its keys, a node or link this
+    plan has (the fault model's own checks)."""
     try:
-        if what == "node" and isinstance(args.get("node"), str):
-            faults.node_fault(plan, args["node"])
-        elif what in ("link", "flap") and isinstance(args.get("a"), str) \
-                and isinstance(args.get("b"), str):
-            faults.link_fault(plan, args["a"], args["b"])
+        faults.parse_action(plan, dict(args))
     except faults.FaultError as e:
         e.args = (f"{field}: {e}",)
         raise

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from ..engine.kv import DTYPE_BYTES, MODELS
 from ..errors import SpecError
 from ..roce.dcqcn import CHOICES
 from ..spec import Strict, load_model, located, read_yaml
@@ -20,9 +21,23 @@ Duration = Annotated[str | float, Field(description="A duration: 500ms, 2s, 1m o
 
 class Kv(Strict):
     model: str = "llama3-8b"
-    tokens: Annotated[int, Field(ge=1)] = 256
+    tokens: Annotated[int, Field(ge=1, le=10_000_000)] = 256
     dtype: str = "fp16"
-    tokens_per_block: Annotated[int, Field(ge=1)] = 16
+    tokens_per_block: Annotated[int, Field(ge=1, le=1_000_000)] = 16
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if v not in MODELS:
+            raise ValueError(f"unknown model {v!r}; allowed: {', '.join(MODELS)}")
+        return v
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        if v not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {v!r}; allowed: {', '.join(DTYPE_BYTES)}")
+        return v
 
 
 class Flow(Strict):
@@ -168,7 +183,7 @@ class Experiment(Strict):
     duration: Duration = Field(60.0, description="Longest the run may take (wall time).")
     sample_every: Duration = Field(0.1, description="Counter sampling interval.")
     steady_after: Duration = Field(0.0, description="Steady state starts this long after the first flow.")
-    flows: list[Flow]
+    flows: Annotated[list[Flow], Field(min_length=1, description="At least one flow.")]
     actions: list[Action] = Field(default_factory=list)
     phases: dict[str, list[str]] = Field(
         default_factory=dict, description="Named windows, each from the first start to the last "
@@ -231,6 +246,19 @@ class Experiment(Strict):
                 if len(path) < 2 or (path[1] != "*" and path[1] not in fabrics):
                     raise ValueError(f"{line!r}: no fabric {path[1] if len(path) > 1 else ''!r}; "
                                      f"fabrics: {', '.join(fabrics)}")
+        return v
+
+    @field_validator("flows")
+    @classmethod
+    def _flows_start_in_time(cls, v: list[Flow], info: ValidationInfo) -> list[Flow]:
+        try:
+            end = parse_duration(info.data.get("duration", 60.0), None)
+        except (ValueError, TypeError):
+            return v  # the duration's own error is reported
+        for f in v:
+            if parse_duration(f.at, None) >= end:
+                raise ValueError(f"flow {f.name!r} starts at {f.at}, not before the experiment's "
+                                 f"duration ({info.data.get('duration')}): it could never run")
         return v
 
     @field_validator("duration", "sample_every", "steady_after")

@@ -20,7 +20,7 @@ The package, by concern:
     impact    a fault during transfers in flight: interruption, slowdown, integrity
 """
 
-from .inject import active, apply, events, fail, flap, heal
+from .inject import active, apply, events, fail, flap, heal, parse_action
 from .model import (
     Convergence,
     Fault,
@@ -41,5 +41,5 @@ __all__ = [
     "Convergence", "Fault", "FaultError", "FaultEvent", "FaultKind", "FibWatcher", "FlapEvent",
     "HealEvent", "active", "after_state", "apply", "convergence", "effects_of", "events",
     "expected_fib", "fail", "fail_settled", "flap", "heal", "heal_settled", "link_fault",
-    "links_of", "node_fault", "settle",
+    "links_of", "node_fault", "parse_action", "settle",
 ]

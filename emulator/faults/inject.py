@@ -185,7 +185,9 @@ _FAIL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"},
 _HEAL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"}, "all": set()}
 
 
-def _parse_action(plan: Plan, action: dict[str, Any]) -> tuple[str, str, Fault | None]:
+def parse_action(plan: Plan, action: dict[str, Any]) -> tuple[str, str, Fault | None]:
+    """An experiment's fault action -> (verb, what, fault); FaultError naming what is wrong.
+    The runner calls it for every action before anything exists, `apply` again at its time."""
     verbs = [v for v in ("fail", "heal") if v in action]
     if len(verbs) != 1:
         raise FaultError(f"a fault action has exactly one of `fail` or `heal` (got {action!r})")
@@ -218,7 +220,7 @@ def apply(plan: Plan, action: dict[str, Any]) -> FaultEvent | HealEvent | FlapEv
     {"heal": "link", "a": "leaf1", "b": "spine2"} | {"heal": "node", "node": "spine2"}
     {"heal": "all"}
     """
-    verb, what, target = _parse_action(plan, action)
+    verb, what, target = parse_action(plan, action)
     if verb == "heal":
         return heal(plan, target)
     if what == "flap":

@@ -74,3 +74,37 @@ def test_bad_action_arguments_are_refused_when_read(action, message):
 def test_actions_name_nodes_of_the_plan(plans, action, message):
     with pytest.raises(RocelabError, match=message.replace(".", r"\.")):
         runner.check(_with_action(action), plans["clos-2x4-cc"])
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"flows": []}, "flows: list should have at least 1 item"),
+    ({"flows": [{"name": "f", "src": "prefill1", "dst": "decode1", "kv": {"model": "gpt9"}}]},
+     "flows.0.kv.model: unknown model 'gpt9'; allowed: llama3-8b"),
+    ({"flows": [{"name": "f", "src": "prefill1", "dst": "decode1", "kv": {"dtype": "fp4"}}]},
+     "flows.0.kv.dtype: unknown dtype 'fp4'"),
+    ({"duration": "10s", "flows": [{"name": "f", "src": "prefill1", "dst": "decode1",
+                                    "size": "1MiB", "at": "12s"}]},
+     "flows: flow 'f' starts at 12s, not before the experiment's duration (10s)"),
+])
+def test_experiments_that_could_never_run_are_refused_when_read(doc, message):
+    """Issue 15 finding 6: these used to pass `check` and fail (or exit 0) only after `up`."""
+    from emulator.errors import SpecError
+    from emulator.spec import validate
+
+    with pytest.raises(SpecError) as e:
+        validate(Experiment, {"name": "x", "topology": "t.yaml"} | doc, "e.yaml")
+    assert message in str(e.value) and "\n" not in str(e.value) and len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize("fault, message", [
+    ({"fail": "teleport", "node": "spine1"}, "fail: 'teleport' is not one of link, node, flap"),
+    ({"fail": "node", "node": "spine9"}, "no node 'spine9'"),
+    ({"fail": "link", "a": "leaf1"}, "fail link: missing key 'b'"),
+    ({"heal": "node", "nodes": "spine1"}, "heal node: unknown keys"),
+])
+def test_fault_actions_parse_before_anything_exists(plans, fault, message):
+    exp = Experiment.model_validate({"name": "x", "topology": "t.yaml", "flows": [
+        {"name": "f", "src": "prefill1", "dst": "decode1", "size": "1MiB"}],
+        "actions": [{"at": "1s", "fault": fault}]})
+    with pytest.raises(RocelabError, match=message):
+        runner.check(exp, plans["clos-2x4"])
