@@ -27,15 +27,15 @@ from .progress import byte_progress
 @click.option("--block", "tokens_per_block", default=16, show_default=True, type=click.IntRange(min=1),
               help="Tokens per KV block.")
 @click.option("--pairs", help="SRC:DST,... (default: prefill1:decode1, prefill2:decode2, ...).")
-@click.option("--requests", default=0, type=click.IntRange(min=0),
+@click.option("--requests", default=None, type=click.IntRange(min=1, max=100000),
               help="Handoffs to run (default: one per pair).")
-@click.option("--concurrency", default=0, type=click.IntRange(min=0),
+@click.option("--concurrency", default=None, type=click.IntRange(min=1, max=1024),
               help="Handoffs at once (default: one per pair).")
 @click.option("--json", "as_json", is_flag=True, help="Print every request and the aggregate as JSON.")
 @engine_options
 def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,
-            pairs: str | None, requests: int, concurrency: int, op: str, qps: int, mtu: int,
-            as_json: bool, out: str | None) -> None:
+            pairs: str | None, requests: int | None, concurrency: int | None, op: str, qps: int,
+            mtu: int, as_json: bool, out: str | None) -> None:
     """KV-cache handoffs from prefill to decode hosts, sized from a model.
 
     Example: rocelab kv clos-2x4 --model llama3-70b --tokens 512 --requests 8 --concurrency 4
@@ -43,8 +43,8 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
     lab.require_root()
     plan = state.lab_plan(name)
     pair_list = workload.parse_pairs(plan, pairs)
-    requests = requests or len(pair_list)
-    concurrency = concurrency or len(pair_list)
+    requests = len(pair_list) if requests is None else requests  # 0 is a usage error (64)
+    concurrency = len(pair_list) if concurrency is None else concurrency
     kv = {"model": model_name, "tokens": tokens, "dtype": dtype, "tokens_per_block": tokens_per_block}
     job = Job(Op(op), kv=kv, qps=qps, mtu=mtu,
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})

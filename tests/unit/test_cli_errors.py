@@ -121,6 +121,8 @@ CASES = [
     cli(f"kv {FAKE} --tokens -1", USAGE),
     cli(f"kv {FAKE} --block 0", USAGE),
     cli(f"kv {FAKE} --requests -1", USAGE),
+    cli(f"kv {FAKE} --requests 0", USAGE),  # was silently "one per pair"
+    cli(f"kv {FAKE} --concurrency 0", USAGE),
     lab(f"kv {FAKE} --pairs nosuchhost:decode1", NOT_FOUND),
     # run, check
     lab("run /nonexistent/experiment.yaml --out {tmp}/o", BAD_FILE),
