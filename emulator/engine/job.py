@@ -104,6 +104,10 @@ class Job:
             raise RocelabError(f"--size: must be positive (got {self.size})")
         if self.mtu not in ROCE_MTUS:
             raise RocelabError(f"--mtu: must be one of {', '.join(map(str, ROCE_MTUS))} (got {self.mtu})")
+        if self.payload_bytes > MAX_TRANSFER:
+            what = "--tokens" if self.kv is not None else "--size"
+            raise RocelabError(f"{what}: a transfer of {self.payload_bytes} bytes; at most "
+                               f"{MAX_TRANSFER >> 30} GiB (both engines hold every byte in memory)")
 
     def layout(self) -> KvLayout | None:
         if self.kv is None:
@@ -139,6 +143,7 @@ class Job:
         return cls(**(d | {"op": Op(d["op"])}))
 
 
+MAX_TRANSFER = 4 << 30  # bytes one transfer may move: each end holds them all in memory
 SOURCE_CHUNK = 64 << 20  # randbytes(n) builds an n*8-bit int: 256 MiB and up overflow
 
 

@@ -108,3 +108,8 @@ def test_fault_actions_parse_before_anything_exists(plans, fault, message):
         "actions": [{"at": "1s", "fault": fault}]})
     with pytest.raises(RocelabError, match=message):
         runner.check(exp, plans["clos-2x4"])
+
+
+def test_a_flow_too_big_to_hold_in_memory_is_refused_before_anything_exists(plans):
+    with pytest.raises(RocelabError, match=r"flows\.f: size: a transfer of 1099511627776 bytes"):
+        runner.check(_exp(size="1TiB"), plans["clos-2x4"])
