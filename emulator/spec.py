@@ -27,6 +27,9 @@ LAB_NAME = r"[a-z][a-z0-9]{0,14}(-[a-z0-9]+)*"
 THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 MAX_LAB_NAME = 24
 MAX_SHOWN = 64  # characters of a bad value an error line repeats
+MAX_FILE_CHARS = 1 << 20  # a topology or experiment file: 1 MiB of text is far beyond any real one
+MAX_DEPTH = 32  # mappings and lists inside each other
+MAX_ALIASES = 16  # *alias references: enough to share a flow template, far from a bomb
 
 
 class Addressing(str, Enum):
@@ -413,12 +416,37 @@ def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
         raise SpecError(str(p), "(file)", f"cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:
         raise SpecError(str(p), "(file)", "is not UTF-8 text") from None
+    if len(text) > MAX_FILE_CHARS:
+        raise SpecError(str(p), "(file)", f"is {len(text)} characters; at most {MAX_FILE_CHARS}")
     try:
+        _check_shape(text, str(p))
         return yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise SpecError(str(p), "(file)", f"nests deeper than {MAX_DEPTH} levels") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(file)"
         raise SpecError(str(p), where, f"invalid YAML: {getattr(e, 'problem', e)}") from None
+
+
+def _check_shape(text: str, source: str) -> None:
+    """Refuse what would expand or nest without bound before building anything from it:
+    a YAML bomb (aliases of aliases: 10^9 elements from a few lines) or deep nesting."""
+    depth = aliases = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1
+                raise SpecError(source, f"line {line}", f"nests deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                line = event.start_mark.line + 1
+                raise SpecError(source, f"line {line}", f"uses more than {MAX_ALIASES} YAML "
+                                "aliases (*name): refused, as a YAML bomb would be")
 
 
 def line_of(node: yaml.Node | None, field: str) -> int | None:

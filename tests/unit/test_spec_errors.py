@@ -84,3 +84,38 @@ def test_experiment_files_share_the_strict_boundary(tmp_path):
     exp.write_text("- just\n- a list\n")
     with pytest.raises(SpecError, match=r"\(top level\): must be a mapping of fields \(name, topology"):
         load_experiment(exp)
+
+
+def _bomb(levels: int = 9) -> str:
+    text = 'name: x\nl0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for i in range(1, levels):
+        text += f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n"
+    return text
+
+
+@pytest.mark.parametrize("text, problem", [
+    (_bomb(), "uses more than 16 YAML aliases"),  # 9^9 elements once expanded
+    ("name: x\nd: " + "[" * 1000 + "]" * 1000 + "\n", "nests deeper than 32 levels"),
+    ("name: x\ndescription: '" + "a" * (1 << 20) + "'\n", "at most 1048576"),
+])
+def test_hostile_yaml_is_refused_fast_in_one_line(tmp_path, text, problem):
+    """Issue 15 finding 4: a YAML bomb took 124 s and 5.8 GB before failing."""
+    import time
+
+    from emulator.spec import load
+
+    f = tmp_path / "hostile.yaml"
+    f.write_text(text)
+    t = time.monotonic()
+    with pytest.raises(SpecError) as e:
+        load(f)
+    assert time.monotonic() - t < 5
+    assert problem in str(e.value) and "\n" not in str(e.value) and len(str(e.value)) < 200
+
+
+def test_a_few_aliases_still_work(tmp_path):
+    from emulator.spec import load
+
+    f = tmp_path / "ok.yaml"
+    f.write_text("name: x\nhosts: {per_leaf: &n 3}\nspines: *n\n")
+    assert load(f).spines == 3
