@@ -144,12 +144,16 @@ CLONE_NEWNS = 0x00020000
 MS_SLAVE = 1 << 19
 
 
-def exec_in(name: str, argv: list[str], env: dict[str, str]) -> None:
+def exec_in(name: str, argv: list[str], env: dict[str, str],
+            hide: dict[str, str | None] | None = None) -> None:
     """Replace this process with argv running inside namespace `name`.
 
     Like `ip netns exec`: a private mount namespace with /sys remounted, so
     tools that read /sys/class/net see the namespace's own interfaces. The
-    host's mounts are untouched (our copy is made a slave first).
+    host's mounts are untouched (our copy is made a slave first). `hide` maps
+    a host directory to what covers it in that private view: another directory
+    (bind-mounted over it) or None (an empty tmpfs) -- e.g. the host's
+    /run/frr, so a plain `vtysh` reaches the lab's FRR, never the host's.
     """
     fd = open_fd(name)
     setns(fd)
@@ -158,6 +162,15 @@ def exec_in(name: str, argv: list[str], env: dict[str, str]) -> None:
     _check(_libc.mount(b"none", b"/", None, MS_SLAVE | MS_REC, None), "make / slave")
     if _libc.umount2(b"/sys", MNT_DETACH) == 0:
         _check(_libc.mount(b"sysfs", b"/sys", b"sysfs", 0, None), "mount /sys")
+    for target, source in (hide or {}).items():
+        if not os.path.isdir(target):
+            continue  # nothing on the host to reach there
+        if source is None:
+            _check(_libc.mount(b"tmpfs", target.encode(), b"tmpfs", 0, b"size=64k"),
+                   f"cover {target}")
+        else:
+            _check(_libc.mount(source.encode(), target.encode(), None, MS_BIND, None),
+                   f"bind {source} over {target}")
     os.execvpe(argv[0], argv, env)
 
 

@@ -5,8 +5,10 @@ import os
 import click
 
 from .. import lab, netns, state
-from ..paths import ENV_TAG
+from ..paths import ENV_TAG, node_run_dir
 from ..tools import lookup
+
+FRR_SOCKET_DIR = "/var/run/frr"  # where vtysh looks without --vty_socket (FRR's build default)
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
@@ -16,13 +18,19 @@ from ..tools import lookup
 def command(name: str, node: str, argv: tuple[str, ...]) -> None:
     """Run a command inside a node's namespace.
 
+    FRR's default socket directory (/run/frr) is the node's own there: a plain
+    `vtysh` talks to the router's daemons, and on a host (or an l2 switch) to
+    none -- never to an FRR the machine itself runs.
+
     Example: rocelab exec clos-2x4 prefill1 -- ping -c 3 10.2.2.1
     """
     lab.require_root()
     plan = state.lab_plan(name)
     target = lookup.node(plan, node)  # exit 4 naming the nodes if there is none such
     env = dict(os.environ) | {ENV_TAG: plan.lab}  # tagged: `down` reaps what it leaves running
+    own = str(node_run_dir(plan.lab, target.name)) if target in plan.frr_nodes else None
+    hide = {os.path.realpath(FRR_SOCKET_DIR): own}
     try:
-        netns.exec_in(target.netns, list(argv), env)
+        netns.exec_in(target.netns, list(argv), env, hide)
     except FileNotFoundError:
         raise click.ClickException(f"command not found: {argv[0]}") from None
