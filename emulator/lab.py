@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,9 +97,13 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     record: dict[str, Any] = {"lab": plan.lab, "topology": source,
                               "spec": topo.model_dump(mode="json"), "status": "creating",
                               "namespaces": [n.netns for n in plan.nodes], "daemons": []}
-    with contextlib.ExitStack() as undo:
+    undo = contextlib.ExitStack()
+    try:
         _claim_run_dir(plan.lab)
         undo.callback(shutil.rmtree, lab_run_dir(plan.lab), ignore_errors=True)
+        # Whatever started but never made it into an undo (a signal inside Popen, the
+        # controller before it reported ready) carries the lab's tag: the last sweep.
+        undo.callback(kill_tagged, plan.lab)
         state.write(plan.lab, record)  # intent first: `down` knows what may exist
         progress(f"creating {len(plan.nodes)} namespaces and {len(plan.links)} links")
         realize(plan, undo)
@@ -114,7 +120,30 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         timings = _timings(marks)
         state.write(plan.lab, record | {"status": "up", "timings": timings})
         undo.pop_all()  # success: the lab stays
+    except BaseException:
+        with signals_held():  # a second Ctrl-C or SIGTERM must not cut the rollback short
+            undo.close()
+        raise
     return UpResult(plan, timings, daemons)
+
+
+def kill_tagged(lab: str) -> None:
+    """Stop every process carrying this lab's tag (by PID, from /proc)."""
+    state.kill_pids([pid for pid, tag in state.tagged_processes().items() if tag == lab])
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the duration (main thread only: elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
 def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
@@ -160,7 +189,7 @@ def down(lab: str) -> DownResult:
     require_root()
     record = state.read(lab) or {}
     pids = [pid for pid, tag in state.tagged_processes().items() if tag == lab]
-    state.kill_pids(pids)
+    state.kill_pids(pids)  # the same sweep as kill_tagged, counted for the result
     names = {n for n, tag in state.tagged_namespaces().items() if tag == lab}
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
     names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}
