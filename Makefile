@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rocelab-installed
 TOPOLOGY ?= topologies/clos-2x4.yaml
 
-.PHONY: setup demo lint test test-quick test-integration bench golden docs-images clean down-all
+.PHONY: setup demo lint test test-quick fuzz test-integration bench golden docs-images clean down-all
 
 setup: $(STAMP)
 	@scripts/setup-system.sh
@@ -26,6 +26,9 @@ lint: setup  ## ruff over the tree, mypy over the pure modules (both configured 
 
 test: lint  ## lint, then unit + integration tests and the example suite (root)
 	$(PY) -m pytest tests examples -m "not slow"
+
+fuzz: setup  ## property-based fuzz of topology and experiment files: many examples, fresh randomness
+	ROCELAB_FUZZ_EXAMPLES=3000 ROCELAB_FUZZ_RANDOM=1 $(PY) -m pytest tests/unit/test_fuzz.py
 
 test-quick: setup  ## no-root unit tests only
 	$(PY) -m pytest tests/unit

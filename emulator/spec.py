@@ -426,7 +426,11 @@ def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(file)"
-        raise SpecError(str(p), where, f"invalid YAML: {getattr(e, 'problem', e)}") from None
+        # ReaderError (a NUL or control character) has no problem, a reason, and a
+        # multi-line str: one line, whatever PyYAML says.
+        problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e)
+        raise SpecError(str(p), where, "invalid YAML: " + " ".join(str(problem).split())[:200]
+                        ) from None
 
 
 def _check_shape(text: str, source: str) -> None:

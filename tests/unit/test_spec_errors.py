@@ -119,3 +119,15 @@ def test_a_few_aliases_still_work(tmp_path):
     f = tmp_path / "ok.yaml"
     f.write_text("name: x\nhosts: {per_leaf: &n 3}\nspines: *n\n")
     assert load(f).spines == 3
+
+
+@pytest.mark.parametrize("blob", [b"\x00", b"name: x\x07\n", b"\xff\xfe\x00a"])
+def test_binary_files_are_one_line_errors(tmp_path, blob):
+    """Found by the fuzz test: a NUL byte made PyYAML's multi-line ReaderError the message."""
+    from emulator.spec import load
+
+    f = tmp_path / "binary.yaml"
+    f.write_bytes(blob)
+    with pytest.raises(SpecError) as e:
+        load(f)
+    assert "\n" not in str(e.value)
