@@ -23,6 +23,7 @@ class ExitCode(IntEnum):
     INTEGRITY_FAILED = 9  # a transfer completed but the bytes differ
     VALIDATION_FAILED = 10  # `validate`: a named check or a topology expectation failed
     EXPECTATION_FAILED = 11  # `run`: an `expect:` line, a flow or the lossless class failed
+    HOST_LIMIT = 12  # the host's shared limits (neighbour tables) would not hold the lab
     USAGE = 64  # bad command line (sysexits EX_USAGE)
     INTERRUPTED = 130
 
@@ -72,6 +73,12 @@ class ConvergeTimeout(RocelabError):
 
 class NotRootError(RocelabError):
     exit_code = ExitCode.NOT_ROOT
+
+
+class HostLimitError(RocelabError):
+    """The lab would not fit a limit every namespace of the host shares; nothing was created."""
+
+    exit_code = ExitCode.HOST_LIMIT
 
 
 class EngineError(RocelabError):

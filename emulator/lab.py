@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import converge, expectations, frr, netns, state
+from . import converge, expectations, frr, neighbours, netns, state
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, SpecError
 from .paths import lab_run_dir
@@ -88,10 +88,15 @@ def _refuse_existing(plan: Plan) -> None:
 
 
 def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-       progress: Progress = _quiet) -> UpResult:
+       progress: Progress = _quiet, raise_neigh_limit: bool = False) -> UpResult:
     topo, plan, rendered = load_topology(path, name)  # every config exists before any kernel object
     require_root()
     _refuse_existing(plan)
+    if raise_neigh_limit:  # the one host-wide change, asked for, recorded, undone at the last down
+        for fam, value in neighbours.raise_for(plan).items():
+            progress(f"raised net.{fam}.neigh.default.gc_thresh3 to {value} "
+                     "(restored when the last lab is down)")
+    neighbours.check(plan)  # exit 12 before anything exists: a full table breaks every lab
     marks = {"start": time.monotonic()}
     source = "<dict>" if isinstance(path, Mapping) else str(Path(path).resolve())
     record: dict[str, Any] = {"lab": plan.lab, "topology": source,
@@ -197,6 +202,8 @@ def down(lab: str) -> DownResult:
     run_dir = lab_run_dir(lab)
     had_dir = run_dir.exists()
     shutil.rmtree(run_dir, ignore_errors=True)
+    if not state.known_labs():  # the last lab: a raised neighbour limit goes back
+        neighbours.restore()
     return DownResult(lab, len(pids), len(names), had_dir)
 
 

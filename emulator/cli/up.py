@@ -22,14 +22,20 @@ from .validate import print_checks
 @click.option("--validate", "run_checks", is_flag=True,
               help="Then run every `rocelab validate` check and the topology's `validate:` "
                    "block; exit 10 if one fails (the lab stays up to look at).")
-def command(topology: str, name: str | None, timeout: float, as_json: bool, run_checks: bool) -> None:
+@click.option("--raise-neigh-limit", is_flag=True,
+              help="If the lab would overflow the host's neighbour tables (gc_thresh3, shared "
+                   "by every namespace), raise the limit instead of refusing (exit 12); the "
+                   "original is recorded and restored when the last lab is down.")
+def command(topology: str, name: str | None, timeout: float, as_json: bool, run_checks: bool,
+            raise_neigh_limit: bool) -> None:
     """Build a lab from TOPOLOGY and return once it has converged.
 
     Example: rocelab up topologies/clos-2x4.yaml
     """
     interrupt_on_sigterm()
     with progress(f"up {topology}") as update:
-        result = lab.up(topology, name=name, timeout_s=timeout, progress=update)
+        result = lab.up(topology, name=name, timeout_s=timeout, progress=update,
+                        raise_neigh_limit=raise_neigh_limit)
     p, t = result.plan, result.timings
     checks = validate_lab(p, state.lab_topology(p.lab)) if run_checks else None
     if as_json:
