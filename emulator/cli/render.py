@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .. import lab, render
+from .. import lab, neighbours, render
 
 
 @click.command("render")
@@ -26,8 +26,11 @@ def command(topology: str, out: str, name: str | None, as_json: bool) -> None:
     """
     _, plan, rendered = lab.load_topology(topology, name)
     files = render.write(rendered, Path(out))
+    need, limit = neighbours.needed(plan), neighbours.limits()
     if as_json:
-        click.echo(json.dumps({"lab": plan.lab, "out": str(out), "files": [str(f) for f in files]},
-                              indent=2))
+        click.echo(json.dumps({"lab": plan.lab, "out": str(out), "files": [str(f) for f in files],
+                               "neighbours": {"needed": need, "host_limit": limit}}, indent=2))
         return
     click.echo(f"lab {plan.lab}: wrote {len(files)} files to {out}")
+    click.echo(f"neighbour entries it needs: IPv4 {need['ipv4']}, IPv6 {need['ipv6']} "
+               f"(this host's limit, for every lab together: {limit['ipv4']} and {limit['ipv6']})")

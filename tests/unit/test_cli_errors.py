@@ -115,6 +115,8 @@ CASES = [
     cli(f"transfer {NOLAB} --src prefill1 --dst decode1 --size -1", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 0", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --qps 0", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --mtu 9000", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size {'9' * 400}KiB", USAGE),
     # kv
     lab(f"kv {NOLAB}", NOT_FOUND),
     cli(f"kv {FAKE} --model nosuchmodel", USAGE),
@@ -123,6 +125,10 @@ CASES = [
     cli(f"kv {FAKE} --requests -1", USAGE),
     cli(f"kv {FAKE} --requests 0", USAGE),  # was silently "one per pair"
     cli(f"kv {FAKE} --concurrency 0", USAGE),
+    cli(f"kv {FAKE} --qps 0", USAGE),
+    cli(f"kv {FAKE} --qps 65", USAGE),
+    cli(f"kv {FAKE} --mtu 1000", USAGE),
+    cli(f"kv {FAKE} --mtu big", USAGE),
     lab(f"kv {FAKE} --pairs nosuchhost:decode1", NOT_FOUND),
     # run, check
     lab("run /nonexistent/experiment.yaml --out {tmp}/o", BAD_FILE),
@@ -239,6 +245,22 @@ def test_a_bad_command_line_is_one_line_and_the_documented_code(case, rocelab):
     assert_one_error_line(res, want)
     if case.code == NOT_FOUND and want == NOT_FOUND:
         assert case.args[1] in res.stderr, res.stderr  # says in which lab it looked
+
+
+def test_every_numeric_option_has_a_bad_value_case():
+    """Issue 15: CLI bad-argument cases for every numeric option of every command."""
+    from emulator.cli.options import Quantity
+
+    covered = {(c.command, a) for c in CASES for a in c.args if a.startswith("--")}
+    missing = []
+    for name, cmd in main.commands.items():
+        for p in cmd.params:
+            numeric = isinstance(p.type, (click.IntRange, click.FloatRange, Quantity)) or \
+                p.type in (click.INT, click.FLOAT) or p.name == "mtu"
+            if isinstance(p, click.Option) and numeric and p.opts[0].startswith("--"):
+                if not any((name, o) in covered for o in p.opts):
+                    missing.append(f"{name} {p.opts[0]}")
+    assert not missing, f"numeric options without a bad-value case: {missing}"
 
 
 def test_every_registered_command_has_hand_written_cases():
