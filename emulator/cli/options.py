@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -37,6 +39,20 @@ def _mtu(ctx: click.Context, param: click.Parameter, value: int) -> int:
     return value
 
 
+def writable_out(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--out must be a directory this user can create or write, checked before anything runs
+    (a run that cannot save its results at the end has lost them); nothing is created here."""
+    if value is None:
+        return value
+    p = Path(value).absolute()
+    ancestor = next(a for a in (p, *p.parents) if a.exists())
+    if not ancestor.is_dir():
+        raise click.BadParameter(f"{value}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{value}: cannot write in {ancestor}")
+    return value
+
+
 def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """--op, --qps, --mtu and --out, in that order on the command line help."""
     for option in reversed((
@@ -46,7 +62,7 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Queue pairs per transfer."),
         click.option("--mtu", default=DEFAULT_MTU, show_default=True, callback=_mtu,
                      help="RoCE path MTU: 256, 512, 1024, 2048 or 4096."),
-        click.option("--out", type=click.Path(file_okay=False),
+        click.option("--out", type=click.Path(file_okay=False), callback=writable_out,
                      help="Also write DIR/results.json, plots and report.md/report.html."),
     )):
         f = option(f)

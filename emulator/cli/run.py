@@ -14,12 +14,13 @@ from .. import lab, report
 from ..experiment import analysis, compare, runner
 from ..experiment.spec import load_fabrics
 from ..units import Dilation
+from .options import writable_out
 from .progress import interrupt_on_sigterm, progress
 
 
 @click.command("run")
 @click.argument("experiment", type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False),
+@click.option("--out", required=True, type=click.Path(file_okay=False), callback=writable_out,
               help="Directory for results.json (and the report).")
 @click.option("--keep", is_flag=True, help="Leave the lab up if this run brought it up "
               "(with `fabrics:`, the last fabric's).")

@@ -126,6 +126,7 @@ CASES = [
     cli(f"kv {FAKE} --requests 0", USAGE),  # was silently "one per pair"
     cli(f"kv {FAKE} --concurrency 0", USAGE),
     cli(f"kv {FAKE} --qps 0", USAGE),
+    cli(f"kv {FAKE} --out /etc/hostname/report", USAGE),  # under a file: caught before running
     cli(f"kv {FAKE} --qps 65", USAGE),
     cli(f"kv {FAKE} --mtu 1000", USAGE),
     cli(f"kv {FAKE} --mtu big", USAGE),
@@ -134,6 +135,7 @@ CASES = [
     lab("run /nonexistent/experiment.yaml --out {tmp}/o", BAD_FILE),
     lab("run {list_yaml} --out {tmp}/o", BAD_FILE),
     cli(["run", EXPERIMENT], USAGE),
+    cli(["run", EXPERIMENT, "--out", "/etc/hostname/out"], USAGE),  # before the lab, not after
     cli(["check", "/nonexistent/experiment.yaml"], BAD_FILE),
     cli(["check", TOPO], BAD_FILE),  # a topology is not an experiment
     # fail, heal
