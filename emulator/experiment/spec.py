@@ -25,18 +25,12 @@ class Kv(Strict):
     dtype: str = "fp16"
     tokens_per_block: Annotated[int, Field(ge=1, le=1_000_000)] = 16
 
-    @field_validator("model")
+    @field_validator("model", "dtype")
     @classmethod
-    def _model(cls, v: str) -> str:
-        if v not in MODELS:
-            raise ValueError(f"unknown model {v!r}; allowed: {', '.join(MODELS)}")
-        return v
-
-    @field_validator("dtype")
-    @classmethod
-    def _dtype(cls, v: str) -> str:
-        if v not in DTYPE_BYTES:
-            raise ValueError(f"unknown dtype {v!r}; allowed: {', '.join(DTYPE_BYTES)}")
+    def _known(cls, v: str, info: ValidationInfo) -> str:
+        known = MODELS if info.field_name == "model" else DTYPE_BYTES
+        if v not in known:
+            raise ValueError(f"unknown {info.field_name} {v!r}; allowed: {', '.join(known)}")
         return v
 
 

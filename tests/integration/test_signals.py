@@ -33,24 +33,16 @@ def _nothing_left(name: str) -> None:
     assert not [n for n in netns.list_names() if n.startswith(name)]
 
 
-@pytest.mark.parametrize("delay_ms", [0, 10, 25, 50, 80])
-def test_sigterm_while_frr_starts_leaves_nothing(delay_ms):
-    name = f"{PREFIX}sig{delay_ms}"
-    proc = _up("topologies/clos-2x4.yaml", name)
-    wait_for_line(proc, "starting FRR", 30)
+@pytest.mark.parametrize("topology, line, sig, delay_ms", [
+    *[("clos-2x4", "starting FRR", signal.SIGTERM, ms) for ms in (0, 10, 25, 50, 80)],
+    *[("clos-2x4-cc", "loading the BPF dataplane", signal.SIGINT, ms) for ms in (0, 150)],
+])
+def test_a_signal_while_daemons_start_leaves_nothing(topology, line, sig, delay_ms):
+    name = f"{PREFIX}sig{'cc' if 'cc' in topology else ''}{delay_ms}"
+    proc = _up(f"topologies/{topology}.yaml", name)
+    wait_for_line(proc, line, 30)
     time.sleep(delay_ms / 1000)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == INTERRUPTED
-    _nothing_left(name)
-
-
-@pytest.mark.parametrize("delay_ms", [0, 150])
-def test_sigint_while_the_controller_starts_leaves_nothing(delay_ms):
-    name = f"{PREFIX}sigcc{delay_ms}"
-    proc = _up("topologies/clos-2x4-cc.yaml", name)
-    wait_for_line(proc, "loading the BPF dataplane", 30)
-    time.sleep(delay_ms / 1000)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     assert proc.wait(60) == INTERRUPTED
     _nothing_left(name)
 
