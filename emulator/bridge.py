@@ -137,9 +137,9 @@ def bridge_state(node: Node, l2: L2Plan) -> dict[str, Any]:
             else:
                 role = "designated"
             ports.append(PortState(m.get_attr("IFLA_IFNAME"), state, role))
+        on_bridge = {i for i, m in links.items() if m.get_attr("IFLA_MASTER") == br_index}
         fdb = [n for n in ipr.get_neighbours(family=socket.AF_BRIDGE)
-               if n.get_attr("NDA_MASTER") == br_index or n["ifindex"] in
-               {i for i, m in links.items() if m.get_attr("IFLA_MASTER") == br_index}]
+               if n.get_attr("NDA_MASTER") == br_index or n["ifindex"] in on_bridge]
     learned = [n for n in fdb if not n["state"] & 0x80]  # NUD_PERMANENT: the ports' own MACs
     return {"root": _bridge_id(root_id), "bridge_id": _bridge_id(own_id),
             "is_root": root_id == own_id, "ports": ports,

@@ -19,6 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyroute2 import IPRoute
 
@@ -117,26 +118,35 @@ def check_stp(plan: Plan) -> CheckResult:
     return CheckResult("stp", not problems, problems)  # type: ignore[arg-type]
 
 
+def read_bridge(plan: Plan, node: Node) -> dict[str, Any]:
+    """bridge.bridge_state of a switch, read inside its namespace (RocelabError or OSError)."""
+    assert plan.l2 is not None
+    with netns.entered(node.netns):
+        return bridge.bridge_state(node, plan.l2)
+
+
 def stp_states_of(plan: Plan, node: Node) -> dict[str, str]:
     """A switch's bridge ports and their STP states ({} if its namespace is gone)."""
-    assert plan.l2 is not None
     if not netns.exists(node.netns):
         return {}
     try:
-        with netns.entered(node.netns):
-            return {p.port: p.state for p in bridge.bridge_state(node, plan.l2)["ports"]}
+        return {p.port: p.state for p in read_bridge(plan, node)["ports"]}
     except (RocelabError, OSError):
         return {}
 
 
 def stp_problem(plan: Plan, node: Node) -> str | None:
-    assert plan.l2 is not None
-    blocked = {port for sw, port in plan.stp_blocked() if sw == node.name}
+    """What about this switch's bridge differs from the planned tree (None: nothing)."""
     try:
-        with netns.entered(node.netns):
-            st = bridge.bridge_state(node, plan.l2)
+        return stp_mismatch(plan, node, read_bridge(plan, node))
     except (RocelabError, OSError) as e:
         return f"{node.name}: {e}"
+
+
+def stp_mismatch(plan: Plan, node: Node, st: dict[str, Any]) -> str | None:
+    """The first way a bridge state read already differs from the planned tree (pure)."""
+    assert plan.l2 is not None
+    blocked = {port for sw, port in plan.stp_blocked() if sw == node.name}
     root = plan.node(plan.l2.root)
     if plan.l2.stp and not st["root"].endswith(root.bridge_mac):
         return f"{node.name}: STP root is {st['root']}, not {plan.l2.root}"
@@ -154,7 +164,7 @@ def check_evpn(plan: Plan) -> CheckResult:
             vni = evpn.vni_state(plan, node)
         except RocelabError as e:
             return f"{node.name}: {e}"
-        want = sorted(str(n.loopback) for n in plan.of_kind(Kind.LEAF) if n is not node)
+        want = evpn.expected_vteps(plan, node)
         if vni["remote_vteps"] != want:
             return (f"{node.name}: VNI {vni['vni']} sees {len(vni['remote_vteps'])}/{len(want)} "
                     "remote VTEPs")

@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import RocelabError
 from .frr import vtysh_json
-from .plan import Node, Plan
+from .plan import Kind, Node, Plan
 
 
 def vni_state(plan: Plan, node: Node) -> dict[str, Any]:
@@ -28,6 +28,13 @@ def vni_state(plan: Plan, node: Node) -> dict[str, Any]:
     ips = sorted(v.get("ip", "?") if isinstance(v, dict) else str(v) for v in vteps)
     return {"vni": plan.l2.vni, "vtep": data.get("vtepIp"), "remote_vteps": ips,
             "macs": int(data.get("numMacs", 0) or 0)}
+
+
+def expected_vteps(plan: Plan, node: Node, failed: set[str] | frozenset[str] = frozenset()
+                   ) -> list[str]:
+    """The remote VTEPs (sorted loopbacks) a leaf floods to: every other leaf not failed."""
+    return sorted(str(n.loopback) for n in plan.of_kind(Kind.LEAF)
+                  if n is not node and n.name not in failed)
 
 
 def route_counts(plan: Plan, node: Node) -> dict[str, int]:

@@ -51,9 +51,10 @@ def unused_address(plan: Plan) -> str:
     """An address of the host pool no host has: ARP for it is never answered."""
     used = {h.address for h in plan.hosts}
     net = ipaddress.IPv4Network(plan.host_pool)
-    for addr in reversed(list(net.hosts())[-256:]):
-        if str(addr) not in used:
-            return str(addr)
+    last = net.broadcast_address - 1  # the pool's highest host address: counting down
+    for i in range(min(256, max(0, net.num_addresses - 2))):
+        if str(last - i) not in used:
+            return str(last - i)
     raise ValueError(f"no free address in {plan.host_pool}")
 
 

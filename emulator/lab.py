@@ -132,9 +132,11 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     return UpResult(plan, timings, daemons)
 
 
-def kill_tagged(lab: str) -> None:
-    """Stop every process carrying this lab's tag (by PID, from /proc)."""
-    state.kill_pids([pid for pid, tag in state.tagged_processes().items() if tag == lab])
+def kill_tagged(lab: str) -> list[int]:
+    """Stop every process carrying this lab's tag (by PID, from /proc); their PIDs."""
+    pids = [pid for pid, tag in state.tagged_processes().items() if tag == lab]
+    state.kill_pids(pids)
+    return pids
 
 
 @contextlib.contextmanager
@@ -193,8 +195,7 @@ def down(lab: str) -> DownResult:
     """Remove a lab: its tagged processes, then its namespaces, then its run dir."""
     require_root()
     record = state.read(lab) or {}
-    pids = [pid for pid, tag in state.tagged_processes().items() if tag == lab]
-    state.kill_pids(pids)  # the same sweep as kill_tagged, counted for the result
+    pids = kill_tagged(lab)
     names = {n for n, tag in state.tagged_namespaces().items() if tag == lab}
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
     names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}

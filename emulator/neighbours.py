@@ -99,10 +99,10 @@ def raise_for(plan: Plan) -> dict[str, int]:
         want = fit(used[fam] + need[fam])
         if want <= have[fam]:
             continue
-        record.setdefault(fam, {"gc_thresh3": have[fam],
-                                "gc_thresh2": _read_int(_sysctl2(fam))})
+        thresh2 = _read_int(_sysctl2(fam))
+        record.setdefault(fam, {"gc_thresh3": have[fam], "gc_thresh2": thresh2})
         _save(record)  # before the write: a crash right after still restores
-        _write(_sysctl2(fam), max(_read_int(_sysctl2(fam)), want // 2))
+        _write(_sysctl2(fam), max(thresh2, want // 2))
         _write(SYSCTL.format(family=fam), want)
         raised[fam] = want
     return raised

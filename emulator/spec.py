@@ -420,7 +420,12 @@ def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
         raise SpecError(str(p), "(file)", f"is {len(text)} characters; at most {MAX_FILE_CHARS}")
     try:
         _check_shape(text, str(p))
-        return yaml.safe_load(text), yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = yaml.SafeLoader(text)  # one parse: the node tree, and the data built from it
+        try:
+            node = loader.get_single_node()
+            return (loader.construct_document(node) if node is not None else None), node
+        finally:
+            loader.dispose()
     except RecursionError:
         raise SpecError(str(p), "(file)", f"nests deeper than {MAX_DEPTH} levels") from None
     except yaml.YAMLError as e:

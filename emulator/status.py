@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import bridge, converge, evpn, faults, netns
+from . import converge, evpn, faults, netns
 from .errors import ConvergeTimeout, RocelabError
 from .faults.model import AfterState, link_alive
 from .plan import Kind, Node, Plan
@@ -100,12 +100,11 @@ def bridge_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
     row: dict[str, Any] = {"node": node.name, "kind": node.kind.value,
                            "failed": node.name in after["failed_nodes"], "error": None}
     try:
-        with netns.entered(node.netns):
-            st = bridge.bridge_state(node, plan.l2)
+        st = converge.read_bridge(plan, node)
     except (RocelabError, OSError) as e:
         return row | {"error": str(e), "converged": row["failed"], "ok": False, "ports": []}
+    planned = converge.stp_mismatch(plan, node, st) is None
     ports = [asdict(p) for p in st.pop("ports")]
-    planned = converge.stp_problem(plan, node) is None
     settled = all(p["state"] in ("forwarding", "blocking", "disabled") for p in ports)
     return row | st | {"ports": ports, "blocked": [p["port"] for p in ports
                                                     if p["state"] == "blocking"],
@@ -122,10 +121,8 @@ def evpn_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
         vni, routes = evpn.vni_state(plan, node), evpn.route_counts(plan, node)
     except RocelabError as e:
         return row | {"error": str(e), "converged": row["failed"], "ok": False}
-    live = {n.name for n in plan.of_kind(Kind.LEAF)} - set(after["failed_nodes"])
-    want = sorted(str(n.loopback) for n in plan.of_kind(Kind.LEAF)
-                  if n is not node and n.name in live)
-    every = sorted(str(n.loopback) for n in plan.of_kind(Kind.LEAF) if n is not node)
+    want = evpn.expected_vteps(plan, node, set(after["failed_nodes"]))
+    every = evpn.expected_vteps(plan, node)
     return row | vni | routes | {"error": None, "remote_vteps_expected": len(every),
                                  "converged": row["failed"] or vni["remote_vteps"] == want,
                                  "ok": vni["remote_vteps"] == every}
