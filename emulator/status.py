@@ -7,11 +7,11 @@ Two words, two meanings:
                ECMP widths `faults.expected_fib` computes for the active faults,
                and every BGP session on a link that is not cut is Established.
                A lab with a failed link is converged once routing went around it.
-               fabric l2 (no routing): the spanning tree is stable -- the planned
-               root won and exactly the planned ports block, or, with a fault in
-               force, no port is still listening or learning and every switch
-               agrees on the root. fabric evpn adds: every leaf's VNI lists every
-               other live leaf as a remote VTEP.
+               fabric l2 (no routing): every live switch port is in the state
+               802.1D settles on around the active faults (Plan.stp_tree, the
+               target `fail` and `heal` wait for too); healthy adds the planned
+               root and exactly the planned ports blocked. fabric evpn adds:
+               every leaf's VNI lists every other live leaf as a remote VTEP.
     healthy    converged with nothing failed: no active fault, every session up,
                full ECMP everywhere, and every host answers every other host.
 """
@@ -93,9 +93,11 @@ def router_status(plan: Plan, node: Node, after: AfterState,
     return RouterStatus(**base, sessions_up=up, prefixes_received=rx)
 
 
-def bridge_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
+def bridge_status(plan: Plan, node: Node, after: AfterState,
+                  expected: dict[str, str] | None) -> dict[str, Any]:
     """A bridging switch: STP root, each port's state and role, MAC table size, and whether
-    its ports are where the plan (no faults) or a settled tree (faults in force) has them."""
+    its ports are where the tree 802.1D settles on around the active faults has them
+    (`expected`: faults.expected_forwarding, the same target fault settling waits for)."""
     assert plan.l2 is not None
     row: dict[str, Any] = {"node": node.name, "kind": node.kind.value,
                            "failed": node.name in after["failed_nodes"], "error": None}
@@ -105,13 +107,11 @@ def bridge_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
         return row | {"error": str(e), "converged": row["failed"], "ok": False, "ports": []}
     planned = converge.stp_mismatch(plan, node, st) is None
     ports = [asdict(p) for p in st.pop("ports")]
-    settled = all(p["state"] in ("forwarding", "blocking", "disabled") for p in ports)
+    states = {p["port"]: p["state"] for p in ports}
+    settled = all(states.get(port) == want for port, want in (expected or {}).items())
     return row | st | {"ports": ports, "blocked": [p["port"] for p in ports
                                                     if p["state"] == "blocking"],
-                       "converged": row["failed"] or planned or (bool(after["cut_links"] or
-                                                                   after["failed_nodes"])
-                                                               and settled),
-                       "ok": planned}
+                       "converged": row["failed"] or settled, "ok": planned}
 
 
 def evpn_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
@@ -135,8 +135,9 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
     expected = faults.expected_fib(plan, after)
     routers: list[RouterStatus] = netns.parallel(  # type: ignore[assignment]
         lambda n: router_status(plan, n, after, expected.get(n.name)), plan.frr_nodes)
+    tree = faults.expected_forwarding(plan, after) if plan.fabric is FabricMode.L2 else {}
     bridges: list[dict[str, Any]] = netns.parallel(  # type: ignore[assignment]
-        lambda n: bridge_status(plan, n, after),
+        lambda n: bridge_status(plan, n, after, tree.get(n.name)),
         plan.routers if plan.fabric is FabricMode.L2 else [])
     vnis: list[dict[str, Any]] = netns.parallel(  # type: ignore[assignment]
         lambda n: evpn_status(plan, n, after),

@@ -35,11 +35,19 @@ from .model import (
     links_of,
     node_fault,
 )
-from .recovery import FibWatcher, convergence, expected_fib, fail_settled, heal_settled, settle
+from .recovery import (
+    FibWatcher,
+    convergence,
+    expected_fib,
+    expected_forwarding,
+    fail_settled,
+    heal_settled,
+    settle,
+)
 
 __all__ = [
     "Convergence", "Fault", "FaultError", "FaultEvent", "FaultKind", "FibWatcher", "FlapEvent",
     "HealEvent", "active", "after_state", "apply", "convergence", "effects_of", "events",
-    "expected_fib", "fail", "fail_settled", "flap", "heal", "heal_settled", "link_fault",
-    "links_of", "node_fault", "parse_action", "settle",
+    "expected_fib", "expected_forwarding", "fail", "fail_settled", "flap", "heal",
+    "heal_settled", "link_fault", "links_of", "node_fault", "parse_action", "settle",
 ]

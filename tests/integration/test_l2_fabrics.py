@@ -85,6 +85,18 @@ def test_l2_uplink_failure_reconverges_through_the_blocked_link(l2):
     assert l2.status()["healthy"]
 
 
+def test_l2_status_exits_6_while_the_tree_is_still_moving(l2):
+    """A command that found something wrong exits non-zero: right after a failure the
+    spanning tree is listening and learning for seconds, and `status` says so with 6."""
+    cli("fail", l2.name, "link", "leaf2", "spine1", "--no-wait")
+    res = cli("status", l2.name, "--json", check=False)
+    assert res.returncode == 6
+    st = json.loads(res.stdout)
+    assert not st["converged"] and any(not b["converged"] for b in st["bridges"])
+    cli("heal", l2.name, "--all", timeout=90)
+    assert l2.status()["healthy"]
+
+
 def test_evpn_every_vtep_sees_every_other(evpn):
     st = evpn.status()
     assert st["converged"] and st["healthy"] and st["fabric"] == "evpn"
