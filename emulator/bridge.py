@@ -82,7 +82,7 @@ def create(ipr: IPRoute, plan: Plan, node: Node) -> None:
         # to the inner header on decap, RFC 6040); without mtu= it would be 1500.
         ipr.link("add", ifname=l2.vxlan, kind="vxlan", vxlan_id=l2.vni, vxlan_local=node.loopback,
                  vxlan_port=VXLAN_PORT, vxlan_learning=0, vxlan_tos=1, vxlan_ttl=64,
-                 mtu=plan.mtu)
+                 mtu=node.interfaces[-1].mtu)
         vx = socket.if_nametoindex(l2.vxlan)
         ipr.link("set", index=vx, master=br)
         ipr.brport("set", index=vx, learning=0)  # remote MACs come from EVPN (zebra), not floods

@@ -75,18 +75,22 @@ def fib_widths(plan: Plan) -> dict[str, dict[str, int]]:
 
 
 def expected_width(plan: Plan, node: Node) -> int:
-    return len(plan.of_kind(Kind.SPINE)) if node.kind is Kind.LEAF else 1
+    """The widest ECMP a healthy fabric gives `node` toward any prefix (a 2-tier leaf: its
+    spines; the exact width per prefix is Plan.expected_widths)."""
+    return max(plan.expected_widths().get(node.name, {}).values(), default=0)
 
 
 def check_fib(plan: Plan) -> CheckResult:
+    """Every router's width toward every prefix is what BGP computes over the plan's graph
+    (a leaf of a 2-tier Clos: one next hop per spine; a spine: one)."""
     problems = []
+    expected = plan.expected_widths()
     for name, widths in fib_widths(plan).items():
-        want = expected_width(plan, plan.node(name))
-        bad = {p: w for p, w in widths.items() if w != want}
+        bad = {p: (w, expected[name][p]) for p, w in widths.items() if w != expected[name][p]}
         if bad:
-            p, w = next(iter(bad.items()))
-            problems.append(f"{name}: {len(bad)} prefixes not at {want} next "
-                            f"hop{'s' if want != 1 else ''} (e.g. {p}: {w})")
+            p, (w, want) = next(iter(bad.items()))
+            problems.append(f"{name}: {len(bad)} prefixes not at the expected width "
+                            f"(e.g. {p}: {w} next hop{'s' if w != 1 else ''}, want {want})")
     return CheckResult("fib", not problems, problems)
 
 

@@ -24,7 +24,8 @@ from . import bridge, netns
 from .errors import RealizeError
 from .netns import parallel
 from .paths import NS_TAG_PREFIX
-from .plan import Node, Plan
+from .plan import Node, Plan, Route
+from .spec import EcmpHash
 
 # Set inside each namespace before any veth exists (accept_dad: addresses usable at once).
 COMMON_SYSCTLS = {
@@ -38,8 +39,6 @@ COMMON_SYSCTLS = {
 ROUTER_SYSCTLS = {
     "net/ipv4/ip_forward": "1",
     "net/ipv6/conf/all/forwarding": "1",
-    "net/ipv4/fib_multipath_hash_policy": "1",  # L4 hash: or every flow takes one spine
-    "net/ipv6/fib_multipath_hash_policy": "1",
     "net/ipv4/conf/all/ignore_routes_with_linkdown": "1",  # carrier loss drops a path at once
     "net/ipv4/conf/default/ignore_routes_with_linkdown": "1",
 }
@@ -71,12 +70,30 @@ def write_sysctls(values: dict[str, str], optional: dict[str, str] | None = None
             pass
 
 
+def hash_sysctls(node: Node) -> dict[str, str]:
+    """The multipath hash: l4 (five-tuple: RoCE's UDP source port spreads QPs over the
+    paths) or l3 (addresses only: every QP between two hosts takes one path)."""
+    policy = "1" if node.ecmp_hash is EcmpHash.L4 else "0"
+    return {"net/ipv4/fib_multipath_hash_policy": policy,
+            "net/ipv6/fib_multipath_hash_policy": policy}
+
+
+# A multi-homed host drops the next hop of a leaf whose link lost carrier, as routers do.
+MULTIHOMED_HOST_SYSCTLS = {
+    "net/ipv4/conf/all/ignore_routes_with_linkdown": "1",
+    "net/ipv4/conf/default/ignore_routes_with_linkdown": "1",
+}
+
+
 def _tag_and_prepare(plan: Plan, node: Node) -> Callable[[], None]:
     def init() -> None:
         if node.is_router and not plan.routed:
             write_sysctls(COMMON_SYSCTLS | BRIDGE_SWITCH_SYSCTLS)
         elif node.is_router:
-            write_sysctls(COMMON_SYSCTLS | ROUTER_SYSCTLS, OPTIONAL_ROUTER_SYSCTLS)
+            write_sysctls(COMMON_SYSCTLS | ROUTER_SYSCTLS | hash_sysctls(node),
+                          OPTIONAL_ROUTER_SYSCTLS)
+        elif len(node.interfaces) > 1:
+            write_sysctls(COMMON_SYSCTLS | MULTIHOMED_HOST_SYSCTLS | hash_sysctls(node))
         else:
             write_sysctls(COMMON_SYSCTLS)
         with IPRoute() as ipr:
@@ -108,9 +125,9 @@ def create_links(plan: Plan) -> None:
                 b = plan.node(link.b).interface(link.b_ifname)
                 try:
                     ipr.link("add", ifname=link.a_ifname, kind="veth", net_ns_fd=fds[link.a],
-                             mtu=plan.link_mtu(link), state="up", address=a.mac,  # up: saves a round trip
+                             mtu=plan.port_mtu(a), state="up", address=a.mac,  # up: saves a round trip
                              peer={"ifname": link.b_ifname, "net_ns_fd": fds[link.b],
-                                   "mtu": plan.link_mtu(link), "address": b.mac})
+                                   "mtu": plan.port_mtu(b), "address": b.mac})
                 except NetlinkError as e:
                     raise RealizeError(
                         f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
@@ -132,10 +149,19 @@ def _configure(plan: Plan, node: Node) -> None:
                 _add_address(ipr, socket.if_nametoindex(port.name), port.address)
             if port.name in b_side:  # the peer end of a veth is created down
                 ipr.link("set", ifname=port.name, state="up")
-        if node.gateway:
-            ipr.route("add", dst="0.0.0.0/0", gateway=node.gateway)
+        for route in node.routes:
+            _add_route(ipr, route)
         if node.bridge:
             bridge.create(ipr, plan, node)
+
+
+def _add_route(ipr: IPRoute, route: Route) -> None:
+    if len(route.via) == 1:
+        (gw, dev), = route.via
+        ipr.route("add", dst=route.dst, gateway=gw, oif=socket.if_nametoindex(dev))
+    else:
+        ipr.route("add", dst=route.dst, multipath=[
+            {"gateway": gw, "oif": socket.if_nametoindex(dev)} for gw, dev in route.via])
 
 
 def _add_address(ipr: IPRoute, index: int, cidr: str) -> None:

@@ -32,7 +32,8 @@ def daemons_for(plan: Plan, node: Node) -> list[str]:
     """FRR daemons a node runs, in start order (zebra first: the others connect to it)."""
     if not node.is_router or not plan.routed:  # hosts; an l2 fabric's switches are bridges
         return []
-    return ["zebra", "bgpd"] + (["bfdd"] if plan.bfd_enabled else [])
+    return (["zebra", "bgpd"] + (["bfdd"] if node.bfd else [])
+            + (["staticd"] if node.static_routes else []))
 
 
 def _environment() -> jinja2.Environment:
@@ -59,7 +60,7 @@ def render(plan: Plan) -> Rendered:
 
 
 # Every file `write` puts in a node's directory; only these (and plan.json) are ever replaced.
-RENDERED_CONFS = frozenset(f"{daemon}.conf" for daemon in ("zebra", "bgpd", "bfdd"))
+RENDERED_CONFS = frozenset(f"{daemon}.conf" for daemon in ("zebra", "bgpd", "bfdd", "staticd"))
 
 
 def _refuse(out: Path, why: str) -> RocelabError:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from .errors import SpecError
@@ -44,8 +44,21 @@ class FabricMode(str, Enum):
 
 
 class Role(str, Enum):
+    """The two roles the KV workload knows; a host may carry any other role name too."""
+
     PREFILL = "prefill"
     DECODE = "decode"
+
+
+class EcmpHash(str, Enum):
+    L3 = "l3"  # source and destination address: every QP between two hosts takes one path
+    L4 = "l4"  # the five-tuple: RoCE's UDP source port spreads QPs over the paths
+
+
+NODE_NAME = r"[a-z][a-z0-9]{0,11}"  # a node's name is also an interface name (15 bytes) on its peers
+ROLE_NAME = r"[a-z][a-z]{0,8}"  # hosts are <role><n>
+ROUTER_KINDS = ("superspine", "spine", "leaf")
+RESERVED_ROLES = ROUTER_KINDS + ("super", "host")
 
 
 class Strict(BaseModel):
@@ -53,20 +66,85 @@ class Strict(BaseModel):
                               validate_by_alias=True, validate_by_name=True)
 
 
+def _check_speed(v: str) -> str:
+    if not SPEED_RE.match(v):
+        raise ValueError("must be a rate like 100G, 400G or 25000M")
+    try:
+        parse_speed(v, None)
+    except UnitError as e:
+        raise ValueError(str(e).split(" (got")[0]) from None  # the value is shown once
+    return v
+
+
+Mtu = Annotated[int, Field(ge=1280, le=65535)]
+
+
+RoleName = Annotated[str, AfterValidator(lambda v: _check_role(v))]
+
+
+class Tier(Strict):
+    """Speed and MTU of one tier's links (or one link); unset fields inherit `links:`."""
+
+    speed: str | None = Field(None, description="Line rate, e.g. 400G.")
+    mtu: Mtu | None = Field(None, description="IP MTU.")
+
+    @field_validator("speed")
+    @classmethod
+    def _speed(cls, v: str | None) -> str | None:
+        return v if v is None else _check_speed(v)
+
+
 class Links(Strict):
     speed: str = Field("400G", description="Emulated line rate of every link, e.g. 100G, 400G, 800G.")
-    mtu: Annotated[int, Field(ge=1280, le=65535)] = Field(9000, description="IP MTU of every link.")
+    mtu: Mtu = Field(9000, description="IP MTU of every link.")
+    host: Tier = Field(default_factory=Tier, description="Host-leaf links, e.g. {speed: 400G}.")
+    leaf_spine: Tier = Field(default_factory=Tier, description="Leaf-spine links, e.g. {speed: 800G}.")
+    spine_super: Tier = Field(default_factory=Tier, description="Spine-superspine links (3-tier).")
+    parallel: Annotated[int, Field(ge=1, le=4)] = Field(
+        1, description="Links between each leaf and each spine (1-4): each is its own BGP "
+        "session and ECMP path.")
+    per_link: dict[str, Tier] = Field(
+        default_factory=dict, description="One link's speed or MTU, keyed a-b: "
+        "{leaf1-spine1: {speed: 100G}} (every parallel link between the two).")
 
     @field_validator("speed")
     @classmethod
     def _speed(cls, v: str) -> str:
-        if not SPEED_RE.match(v):
-            raise ValueError("must be a rate like 100G, 400G or 25000M")
-        try:
-            parse_speed(v, None)
-        except UnitError as e:
-            raise ValueError(str(e).split(" (got")[0]) from None  # the value is shown once
-        return v
+        return _check_speed(v)
+
+
+class LinkSpec(Strict):
+    """One link of an explicit fabric (`nodes:` + `links:` list)."""
+
+    endpoints: Annotated[list[str], Field(min_length=2, max_length=2)] = Field(
+        description="The two nodes it joins, e.g. [leaf1, spine1].")
+    speed: str = Field("400G", description="Line rate.")
+    mtu: Mtu = Field(9000, description="IP MTU.")
+
+    @field_validator("speed")
+    @classmethod
+    def _speed(cls, v: str) -> str:
+        return _check_speed(v)
+
+
+class NodeSpec(Strict):
+    """One node of an explicit fabric (`nodes:`)."""
+
+    kind: Literal["superspine", "spine", "leaf", "host"] = Field(
+        description="Tier: superspine, spine, leaf (hosts attach only to leaves) or host.")
+    role: RoleName | None = Field(None, description="Hosts: prefill, decode or any role name.")
+    asn: Annotated[int, Field(ge=1, le=4294967294)] | None = Field(
+        None, description="Routers: the ASN (default: the asn: plan of its kind).")
+    attach: Literal["rail", "dual"] | None = Field(
+        None, description="Hosts with several links: rail (an address per NIC) or dual "
+        "(one address, ECMP over both leaves).")
+
+
+def _check_role(v: str) -> str:
+    if not re.fullmatch(ROLE_NAME, v) or v in RESERVED_ROLES:
+        raise ValueError("must be 1-9 lowercase letters (e.g. prefill, decode, storage), "
+                         f"not one of {', '.join(RESERVED_ROLES)}")
+    return v
 
 
 class Bfd(Strict):
@@ -80,11 +158,41 @@ class Bfd(Strict):
 class Bgp(Strict):
     keepalive: Annotated[int, Field(ge=1, le=3600)] = Field(3, description="Seconds.")
     hold: Annotated[int, Field(ge=3, le=65535)] = Field(9, description="Seconds; at least 3 x keepalive.")
+    maximum_paths: Annotated[int, Field(ge=1, le=128)] = Field(
+        64, description="ECMP paths BGP installs per prefix (maximum-paths).")
+
+
+class BgpOverride(Strict):
+    keepalive: Annotated[int, Field(ge=1, le=3600)] | None = Field(None, description="Seconds.")
+    hold: Annotated[int, Field(ge=3, le=65535)] | None = Field(None, description="Seconds.")
+    maximum_paths: Annotated[int, Field(ge=1, le=128)] | None = Field(None, description="ECMP paths.")
+
+
+class BfdOverride(Strict):
+    enabled: bool | None = Field(None, description="BFD on this router's sessions.")
+    interval_ms: Annotated[int, Field(ge=10, le=60000)] | None = Field(None, description="Milliseconds.")
+    multiplier: Annotated[int, Field(ge=2, le=255)] | None = Field(None, description="Missed packets.")
+
+
+class Override(Strict):
+    """Routing knobs of one node, role or group (`overrides:`): node beats group beats role."""
+
+    asn: Annotated[int, Field(ge=1, le=4294967294)] | None = Field(None, description="Routers: ASN.")
+    bgp: BgpOverride = Field(default_factory=BgpOverride, description="Timers, maximum_paths.")
+    bfd: BfdOverride = Field(default_factory=BfdOverride, description="BFD on or off, timers.")
+    ecmp_hash: Annotated[EcmpHash, Field(strict=False)] | None = Field(
+        None, description="l3 (addresses) or l4 (five-tuple) multipath hash.")
+    mtu: Mtu | None = Field(None, description="MTU of the node's own end of each of its links.")
+    frr: str | None = Field(None, description="FRR configuration appended to the router's "
+                            "rendered config (route-maps, prefix-lists, neighbor ... shutdown).")
 
 
 class Asn(Strict):
     spine: Annotated[int, Field(ge=1, le=4294967294)] = Field(
-        65000, description="ASN shared by every spine (RFC 7938).")
+        65000, description="ASN shared by every spine (RFC 7938); with pods: pod p's spines "
+        "get spine + p - 1.")
+    superspine: Annotated[int, Field(ge=1, le=4294967294)] = Field(
+        64900, description="ASN shared by every superspine (3-tier).")
     leaf_base: Annotated[int, Field(ge=1, le=4294967294)] = Field(
         65101, description="leafN gets leaf_base + N - 1.")
     overrides: dict[str, Annotated[int, Field(ge=1, le=4294967294)]] = Field(
@@ -111,11 +219,20 @@ class Pools(Strict):
 
 
 class Hosts(Strict):
-    per_leaf: Annotated[int, Field(ge=1, le=64)] = Field(2, description="Hosts attached to each leaf.")
-    roles: dict[str, Annotated[Role, Field(strict=False)]] = Field(
+    per_leaf: Annotated[int, Field(ge=0, le=64)] = Field(2, description="Hosts attached to each leaf "
+                                                         "(each rail group with rails > 1).")
+    roles: dict[str, RoleName] = Field(
         default_factory=dict,
-        description="Role of each leaf's hosts, e.g. {leaf1: prefill}. Unlisted leaves: "
-                    "the first half prefill, the rest decode.")
+        description="Role of each leaf's hosts, e.g. {leaf1: prefill, leaf5: storage}: prefill, "
+                    "decode or any role name. Unlisted leaves: the first half prefill, the rest decode.")
+    counts: dict[str, Annotated[int, Field(ge=0, le=64)]] = Field(
+        default_factory=dict, description="Hosts on one leaf instead of per_leaf, e.g. "
+        "{leaf5: 0} for a border or service leaf.")
+    rails: Annotated[int, Field(ge=1, le=8)] = Field(
+        1, description="NICs per host (rail-optimized): NIC k of every host on the k-th leaf "
+        "of its rail group; leaves come in groups of `rails`.")
+    dual_homed: bool = Field(False, description="Every host on two leaves (leaf pairs 1-2, "
+                             "3-4, ...): one address, ECMP default route over both.")
 
 
 class Ecn(Strict):
@@ -309,12 +426,36 @@ class Topology(Strict):
         "switch, STP) or evpn (the routed Clos as underlay, VXLAN/EVPN overlay).")
     addressing: Annotated[Addressing, Field(strict=False)] = Field(
         Addressing.UNNUMBERED, description="unnumbered (RFC 5549) or numbered (/31 per link).")
-    spines: Annotated[int, Field(ge=1, le=32)] = Field(2, description="Number of spines (1-32).")
-    leaves: Annotated[int, Field(ge=1, le=64)] = Field(4, description="Number of leaves (1-64).")
-    hosts: Hosts = Field(default_factory=Hosts, description="Hosts per leaf and their roles.")
-    links: Links = Field(default_factory=Links, description="Speed and MTU of every link.")
+    spines: Annotated[int, Field(ge=1, le=32)] = Field(2, description="Number of spines (1-32); "
+                                                       "with pods: per pod.")
+    leaves: Annotated[int, Field(ge=1, le=64)] = Field(4, description="Number of leaves (1-64); "
+                                                       "with pods: per pod.")
+    pods: Annotated[int, Field(ge=1, le=16)] | None = Field(
+        None, description="3-tier Clos: this many pods of `spines` spines and `leaves` leaves, "
+        "every spine linked to every superspine.")
+    superspines: Annotated[int, Field(ge=0, le=32)] = Field(
+        0, description="Superspines above the pods (3-tier; needs pods).")
+    hosts: Hosts = Field(default_factory=Hosts, description="Hosts per leaf, roles, rails, homing.")
+    links: Links | list[LinkSpec] = Field(
+        default_factory=Links, description="Speed and MTU per tier and per link, parallel "
+        "links; with nodes: the list of links.")
+    nodes: dict[str, NodeSpec] | None = Field(
+        None, description="An explicit fabric (escape hatch): name -> {kind, role, asn, "
+        "attach}; `links:` is then a list of {endpoints: [a, b], speed, mtu}.")
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict, description="Named sets of nodes for overrides:, "
+        "e.g. {pod1: [spine1, spine2, leaf1, leaf2]}.")
+    overrides: dict[str, Override] = Field(
+        default_factory=dict, description="Per node, role (superspine, spine, leaf, host, "
+        "prefill, ...) or group: asn, bgp, bfd, ecmp_hash, mtu, frr. Node beats group beats role.")
+    ecmp_hash: Annotated[EcmpHash, Field(strict=False)] = Field(
+        EcmpHash.L4, description="Multipath hash of every router and multi-homed host: l4 "
+        "(five-tuple, the default) or l3 (addresses only: RoCE's entropy problem).")
+    frr_configs: str | None = Field(
+        None, description="A directory (relative to this file) of <router>/frr.conf that "
+        "replace the rendered FRR configs, e.g. from `rocelab save`.")
     bfd: Bfd = Field(default_factory=Bfd, description="BFD on the BGP sessions.")
-    bgp: Bgp = Field(default_factory=Bgp, description="BGP timers.")
+    bgp: Bgp = Field(default_factory=Bgp, description="BGP timers and maximum-paths.")
     asn: Asn = Field(default_factory=Asn, description="ASN plan (RFC 7938 style).")
     pools: Pools = Field(default_factory=Pools, description="Address pools.")
     congestion: Congestion = Field(default_factory=Congestion,
@@ -336,6 +477,9 @@ class Topology(Strict):
         return v
 
 
+UNION_TAGS = {"Links"}  # a union member's name pydantic puts in an error's location
+
+
 def json_schema() -> dict[str, Any]:
     schema = Topology.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
@@ -345,7 +489,8 @@ def json_schema() -> dict[str, Any]:
 
 def _describe(err: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
     # Union members add type tags (e.g. 'constrained-float') to the location: drop them.
-    loc = ".".join(str(p) for p in err["loc"] if "-" not in str(p) and "[" not in str(p))
+    loc = ".".join(str(p) for p in err["loc"]
+                   if "-" not in str(p) and "[" not in str(p) and str(p) not in UNION_TAGS)
     loc = loc or "(top level)"
     kind, got = err["type"], err.get("input")
     if kind == "extra_forbidden":

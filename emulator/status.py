@@ -156,7 +156,7 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
         "routers": [asdict(r) | {"ok": r.ok, "converged": r.converged} for r in routers],
         "bridges": bridges,
         "evpn": vnis,
-        "hosts": [{"node": h.name, "role": h.role.value if h.role else None, "leaf": h.leaf,
+        "hosts": [{"node": h.name, "role": h.role, "leaf": h.leaf,
                    "address": h.address} for h in plan.hosts],
         "reachability": None if reach is None else {"ok": reach.ok, "problems": reach.problems},
         "faults": active,

@@ -131,7 +131,7 @@ def _pair(hosts: list[Node]) -> tuple[Node, Node]:
     """A prefill host and a decode host on another leaf (any two hosts otherwise)."""
     for src in hosts:
         for dst in hosts:
-            if src.role and dst.role and src.role.value == "prefill" and dst.role.value == "decode" \
+            if src.role == "prefill" and dst.role == "decode" \
                     and src.leaf != dst.leaf:
                 return src, dst
     if len(hosts) < 2:

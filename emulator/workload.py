@@ -38,8 +38,8 @@ def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src")
 
 
 def default_pairs(plan: Plan) -> list[tuple[Node, Node]]:
-    prefill = [h for h in plan.hosts if h.role is Role.PREFILL]
-    decode = [h for h in plan.hosts if h.role is Role.DECODE]
+    prefill = [h for h in plan.hosts if h.role == Role.PREFILL.value]
+    decode = [h for h in plan.hosts if h.role == Role.DECODE.value]
     if not prefill or not decode:
         raise RocelabError(f"lab {plan.lab} needs prefill and decode hosts for KV transfers")
     return list(zip(prefill, decode))

@@ -26,8 +26,8 @@ TCS = (DEFAULT_TC, ROCE_TC, CNP_TC)
 @dataclass(frozen=True)
 class CongestionPlan:
     dilation: float
-    speed_bps: int  # declared (real) line rate
-    rate_bps: int  # shaped rate = speed / dilation
+    speed_bps: int  # declared (real) line rate of the fastest link
+    rate_bps: int  # its shaped rate = speed / dilation (each port: rate_of(its speed))
     buffer_bytes: int
     roce_dscp: int
     cnp_dscp: int
@@ -45,6 +45,10 @@ class CongestionPlan:
     ecn_enabled: bool
     dcqcn_overrides: tuple[tuple[str, object], ...] = ()  # profile fields, parsed (real units)
 
+    def rate_of(self, speed_bps: int) -> int:
+        """The shaped rate of a port declared at `speed_bps` (0: the fastest link's)."""
+        return int((speed_bps or self.speed_bps) / self.dilation)
+
     def dscp_tc(self) -> dict[int, int]:
         return {self.roce_dscp: ROCE_TC, self.cnp_dscp: CNP_TC}
 
@@ -59,11 +63,13 @@ class CongestionPlan:
         return self.pfc_enabled and node not in self.pfc_off
 
 
-def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str]) -> CongestionPlan | None:
+def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str],
+            speed: int) -> CongestionPlan | None:
+    """`speed`: the fastest link's; dilation auto brings it under max_link_rate, and every
+    port is shaped at its own speed / D (`rate_of`)."""
     c = topo.congestion
     if not c.enabled:
         return None
-    speed = parse_speed(topo.links.speed)
     if c.dilation == "auto":
         dilation = float(max(1, math.ceil(speed / parse_speed(c.max_link_rate))))
     else:
@@ -79,7 +85,7 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str]) ->
         field = "congestion.dilation" if c.dilation != "auto" else "congestion.max_link_rate"
         raise SpecError(source, field, f"would shape links at {speed / dilation:g} bit/s: "
                         f"at least {MIN_SHAPED_BPS // 1000} kbit/s, so dilation at most "
-                        f"{speed // MIN_SHAPED_BPS:g} for links.speed {topo.links.speed}")
+                        f"{speed // MIN_SHAPED_BPS:g} for the fastest link's {speed / 1e9:g}G")
     try:
         overrides = parse_overrides(c.dcqcn.overrides)
     except RocelabError as e:

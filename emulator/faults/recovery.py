@@ -42,27 +42,9 @@ Progress = Callable[[str], None]
 
 def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
     """The widths every surviving router converges to once the event's cuts are routed around
-    (toward each host's /31 on l3, each leaf's VTEP loopback on evpn; nothing on l2)."""
-    up = link_alive(after)
-    dead = set(after.get("failed_nodes", []))
-    spines = [s.name for s in plan.of_kind(Kind.SPINE)]
-    out: Widths = {}
-    for router in plan.frr_nodes:
-        if router.name in dead:
-            continue
-        want = {}
-        for prefix, leaf, host in plan.fib_targets():
-            if router.kind is Kind.LEAF and leaf == router.name:
-                continue
-            live = host is None or up(leaf, host)  # a cut host link withdraws the host's /31
-            live = live and leaf not in dead
-            if router.kind is Kind.SPINE:
-                want[prefix] = int(live and up(router.name, leaf))
-            else:
-                want[prefix] = sum(1 for s in spines if live and up(router.name, s)
-                                   and up(s, leaf))
-        out[router.name] = want
-    return out
+    (toward each host prefix on l3, each leaf's VTEP loopback on evpn; nothing on l2)."""
+    cut = frozenset(frozenset(link) for link in after.get("cut_links", []))
+    return plan.expected_widths(cut, frozenset(after.get("failed_nodes", [])))  # type: ignore[return-value]
 
 
 def expected_forwarding(plan: Plan, after: dict[str, Any]) -> Widths:

@@ -106,10 +106,7 @@ def view(plan: Plan, prev: Scrape | None, cur: Scrape, rows: int = 10) -> View:
 
 
 def _title(plan: Plan) -> str:
-    from ..plan import Kind
-
-    shape = f"{len(plan.of_kind(Kind.SPINE))} spines x {len(plan.of_kind(Kind.LEAF))} leaves, " \
-            f"{len(plan.hosts)} hosts"
+    shape = f"{plan.shape()}, {len(plan.hosts)} hosts"
     cp = plan.congestion
     speed = f"{plan.speed_bps / 1e9:g}G"
     links = f"{speed} links at {cp.rate_bps / 1e6:g} Mbit/s (D={cp.dilation:g})" if cp else \

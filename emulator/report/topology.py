@@ -24,31 +24,41 @@ from matplotlib.ticker import PercentFormatter  # noqa: E402
 from ..plan import Kind, Link, Plan  # noqa: E402
 from ..spec import Role  # noqa: E402
 
-ROW_Y = {Kind.SPINE: 2.0, Kind.LEAF: 1.0, Kind.HOST: 0.0}
-COLOURS = {"spine": "#1f3b73", "leaf": "#2a7f62", Role.PREFILL.value: "#d9822b",
-           Role.DECODE.value: "#7b4fa0"}
+ROW_Y = {Kind.SUPERSPINE: 3.0, Kind.SPINE: 2.0, Kind.LEAF: 1.0, Kind.HOST: 0.0}
+COLOURS = {"superspine": "#0f2347", "spine": "#1f3b73", "leaf": "#2a7f62",
+           Role.PREFILL.value: "#d9822b", Role.DECODE.value: "#7b4fa0"}
+OTHER_ROLE = "#6b6b6b"  # a user's own host role (storage, ...)
 CMAP = LinearSegmentedColormap.from_list(  # YlOrRd without its near-white end
     "busy", [colormaps["YlOrRd"](0.2 + 0.8 * i / 15) for i in range(16)])
 IDLE = "#c7c7c7"
 
 
 def _positions(plan: Plan) -> dict[str, tuple[float, float]]:
-    """Hosts evenly spaced and grouped by leaf; leaves over their hosts; spines spread."""
+    """Hosts evenly spaced and grouped by (first) leaf; leaves over their hosts; spines
+    spread over the leaves (3-tier: over their pod's), superspines over all."""
     pos, x = {}, 0.0
     leaves = plan.of_kind(Kind.LEAF)
     for leaf in leaves:
         hosts = [h for h in plan.hosts if h.leaf == leaf.name]
+        if not hosts and any(leaf.name in h.leaves for h in plan.hosts):
+            pos[leaf.name] = (x, ROW_Y[Kind.LEAF])  # a rail or second leaf of hosts drawn before
+            x += 1.2
+            continue
         for h in hosts:
             pos[h.name] = (x, ROW_Y[Kind.HOST])
             x += 1.0
         first = pos[hosts[0].name][0] if hosts else x
         pos[leaf.name] = ((first + x - 1.0) / 2 if hosts else x, ROW_Y[Kind.LEAF])
         x += 0.6 if hosts else 1.0  # a gap between leaf groups
-    spines = plan.of_kind(Kind.SPINE)
-    lo, hi = pos[leaves[0].name][0], pos[leaves[-1].name][0]
-    for i, s in enumerate(spines):
-        frac = (i + 0.5) / len(spines)
-        pos[s.name] = (lo + (hi - lo) * frac, ROW_Y[Kind.SPINE])
+    for kind, below in ((Kind.SPINE, Kind.LEAF), (Kind.SUPERSPINE, Kind.SPINE)):
+        groups: dict[int | None, list] = {}
+        for n in plan.of_kind(kind):
+            groups.setdefault(n.pod, []).append(n)
+        for pod, members in groups.items():
+            under = [pos[b.name][0] for b in plan.of_kind(below) if pod is None or b.pod == pod]
+            lo, hi = min(under), max(under)
+            for i, s in enumerate(members):
+                pos[s.name] = (lo + (hi - lo) * (i + 0.5) / len(members), ROW_Y[kind])
     return pos
 
 
@@ -60,7 +70,7 @@ def utilisation(plan: Plan, load: dict[tuple[str, str], float], duration_s: floa
            for link in plan.links}
     cp = plan.congestion
     if cp and duration_s > 0:
-        return {link: b * 8 / (cp.rate_bps * duration_s) for link, b in raw.items()}, \
+        return {link: b * 8 / (cp.rate_of(link.speed_bps) * duration_s) for link, b in raw.items()}, \
             "link utilisation (busier direction, share of line rate)"
     top = max(raw.values(), default=0.0) or 1.0
     return {link: b / top for link, b in raw.items()}, "bytes sent, relative to the busiest link"
@@ -68,11 +78,12 @@ def utilisation(plan: Plan, load: dict[tuple[str, str], float], duration_s: floa
 
 def _subtitle(plan: Plan) -> str:
     cp = plan.congestion
-    shape = (f"{len(plan.of_kind(Kind.SPINE))} spines x {len(plan.of_kind(Kind.LEAF))} leaves, "
-             f"{len(plan.hosts)} hosts, {plan.addressing.value} eBGP")
-    shaped = f", shaped to {cp.rate_bps / 1e6:g} Mbit/s (time dilation D = {cp.dilation:g})" \
-        if cp else " (unshaped veths)"
-    return f"{shape}\nevery link {plan.speed_bps / 1e9:g}G{shaped}, MTU {plan.mtu}"
+    shape = (f"{plan.shape()}, {len(plan.hosts)} hosts, {plan.addressing.value} eBGP")
+    speeds = sorted({link.speed_bps for link in plan.links})
+    rate = "/".join(f"{s / 1e9:g}G" for s in speeds)
+    shaped = f", shaped at speed / D (time dilation D = {cp.dilation:g})" if cp else " (unshaped veths)"
+    every = "every link " if len(speeds) == 1 else "links "
+    return f"{shape}\n{every}{rate}{shaped}, MTU {plan.mtu}"
 
 
 def _box(ax: Axes, xy: tuple[float, float], text: str, sub: str, colour: str, width: float,
@@ -122,12 +133,12 @@ def _draw(plan: Plan, path: Path, load: dict[tuple[str, str], float] | None, dur
     longest = max(len(h.name) for h in plan.hosts) if plan.hosts else 6
     size = 8.5 if longest <= 6 else 7.5
     for node in plan.nodes:
-        colour = COLOURS[node.role.value if node.role else node.kind.value]
+        colour = COLOURS.get(node.role or node.kind.value, OTHER_ROLE)
         sub = f"AS{node.asn}" if node.asn else (node.address or "")
         _box(ax, pos[node.name], node.name, sub, colour, 1.2 if node.is_router else 0.92,
              9 if node.is_router else size)
     ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
-    ax.set_ylim(-0.3, 2.3)
+    ax.set_ylim(-0.3, 3.3 if plan.of_kind(Kind.SUPERSPINE) else 2.3)
     ax.axis("off")
     fig.suptitle(title or f"lab {plan.lab}", fontsize=12, fontweight="bold")
     ax.set_title(_subtitle(plan), fontsize=9, color="#444444")

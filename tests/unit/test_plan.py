@@ -66,7 +66,7 @@ def test_rfc7938_asns(plan):
 
 def test_roles_and_gateways(plan):
     for host in plan.hosts:
-        assert host.role is not None and host.name.startswith(host.role.value)
+        assert host.role is not None and host.name.startswith(host.role)
         leaf = plan.node(host.leaf)
         if plan.fabric is FabricMode.L3:
             assert leaf.interface(host.name).address.split("/")[0] == host.gateway
@@ -108,8 +108,8 @@ def test_fib_targets_per_fabric():
     assert evpn.fib_prefixes(evpn.node("leaf1")) == ["10.0.0.4/32", "10.0.0.5/32", "10.0.0.6/32"]
     assert len(evpn.fib_prefixes(evpn.node("spine1"))) == 4
     assert l2.fib_targets() == [] and l2.frr_nodes == []
-    assert {evpn.link_mtu(link) for link in evpn.links} == {9000, 9050}
-    assert {l3.link_mtu(link) for link in l3.links} == {9000}
+    assert {evpn.port_mtu(p) for n in evpn.nodes for p in n.interfaces} == {9000, 9050}
+    assert {l3.port_mtu(p) for n in l3.nodes for p in n.interfaces} == {9000}
 
 
 def test_default_topology_roles():

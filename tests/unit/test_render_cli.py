@@ -97,7 +97,7 @@ def test_a_foreign_plan_json_is_not_taken_for_a_render(tmp_path, plan_json):
 
 
 @pytest.mark.parametrize("extra, named", [("README.md", "README.md"), ("leaf1/notes.txt", "leaf1/notes.txt"),
-                                          ("leaf1/staticd.conf", "leaf1/staticd.conf"),
+                                          ("leaf1/ospfd.conf", "leaf1/ospfd.conf"),
                                           ("leaf99/bgpd.conf", "leaf99")])  # no node leaf99
 def test_an_earlier_render_with_foreign_files_is_refused_and_untouched(tmp_path, extra, named):
     out = tmp_path / "r"
