@@ -18,7 +18,7 @@ from typing import Any
 from .congestion.model import CongestionPlan
 from .congestion.model import resolve as resolve_congestion
 from .errors import SpecError
-from .spec import Addressing, EcmpHash, FabricMode, Links, Override, Role, Topology
+from .spec import Addressing, EcmpHash, FabricMode, Links, Role, Topology
 from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
@@ -610,9 +610,9 @@ def _check_bridged(topo: Topology, source: str) -> None:
     two_tier = {"pods": topo.pods is not None, "nodes": topo.nodes is not None,
                 "hosts.rails": topo.hosts.rails > 1, "hosts.dual_homed": topo.hosts.dual_homed,
                 "links.parallel": isinstance(topo.links, Links) and topo.links.parallel > 1}
-    for field, used in two_tier.items():
+    for where, used in two_tier.items():
         if used:
-            raise SpecError(source, field, f"fabric {mode} builds a 2-tier Clos of single-homed "
+            raise SpecError(source, where, f"fabric {mode} builds a 2-tier Clos of single-homed "
                             "hosts on one link per leaf-spine pair; use fabric l3")
     switches = {f"spine{i}" for i in range(1, topo.spines + 1)} | \
         {f"leaf{i}" for i in range(1, topo.leaves + 1)}
@@ -679,10 +679,10 @@ def _generated(topo: Topology, source: str) -> _Skeleton:
 
 def _check_host_names(topo: Topology, source: str, leaves: list[str]) -> None:
     h = topo.hosts
-    for field, keys in (("hosts.roles", h.roles), ("hosts.counts", h.counts)):
+    for where, keys in (("hosts.roles", h.roles), ("hosts.counts", h.counts)):
         for leaf in keys:
             if leaf not in leaves:
-                raise SpecError(source, f"{field}.{leaf}", f"no such leaf; leaves are "
+                raise SpecError(source, f"{where}.{leaf}", f"no such leaf; leaves are "
                                 f"leaf1..leaf{len(leaves)}")
     group = h.rails if h.rails > 1 else (2 if h.dual_homed else 1)
     if group > 1:
@@ -987,8 +987,8 @@ def _host_addresses(topo: Topology, source: str, sk: _Skeleton,
         else:
             entry["routes"] = (Route("0.0.0.0/0", (gws[0],)),)
         info[h.name] = entry
-    for leaf, routes in static.items():
-        info.setdefault(leaf, {})["static"] = tuple(routes)
+    for leaf, statics in static.items():
+        info.setdefault(leaf, {})["static"] = tuple(statics)
     return info
 
 

@@ -29,7 +29,7 @@ from .. import converge, netns
 from ..errors import ConvergeTimeout
 from ..plan import Kind, Plan
 from . import inject
-from .model import Convergence, Fault, FaultEvent, HealEvent, link_alive, links_of
+from .model import Convergence, Fault, FaultEvent, HealEvent, links_of
 
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
