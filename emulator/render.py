@@ -3,11 +3,17 @@
 `up` renders the whole lab before it creates the first namespace, so a
 template error can never leave half a fabric behind; `rocelab render`
 writes the same text to a directory for review.
+
+Besides the per-daemon files the lab's daemons read, every router gets one
+integrated `frr.conf` (vtysh's format, interface addresses included, so it
+works on a real device too) and every host a `host.sh` with its `ip`
+commands: what a lab looks like outside rocelab.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,9 +21,12 @@ import jinja2
 
 from .errors import RocelabError
 from .paths import TEMPLATES_DIR, node_run_dir
-from .plan import Node, Plan
+from .plan import Homing, Kind, Node, Plan
 
 RA_INTERVAL_S = 1  # fast peer discovery for BGP unnumbered; lab links are cheap
+FRR_VERSION = "8.4.4"  # the FRR rocelab is tested with (the reference machine's); informational
+INTEGRATED = "frr.conf"  # a router's whole configuration in one file (vtysh integrated format)
+HOST_SCRIPT = "host.sh"  # a host's addresses and routes as `ip` commands
 
 
 @dataclass(frozen=True)
@@ -56,11 +65,116 @@ def render(plan: Plan) -> Rendered:
             f"{daemon}.conf": env.get_template(f"{daemon}.conf.j2").render(ctx)
             for daemon in daemons_for(plan, node)
         }
-    return Rendered(files=files, plan_json=json.dumps(plan.to_json(), indent=2) + "\n")
+    out = Rendered(files=files, plan_json=json.dumps(plan.to_json(), indent=2) + "\n")
+    for node in plan.nodes:
+        if files[node.name]:
+            files[node.name][INTEGRATED] = integrated_config(plan, out, node.name)
+        elif node.kind is Kind.HOST:
+            files[node.name][HOST_SCRIPT] = host_script(plan, node)
+    return out
 
 
 # Every file `write` puts in a node's directory; only these (and plan.json) are ever replaced.
-RENDERED_CONFS = frozenset(f"{daemon}.conf" for daemon in ("zebra", "bgpd", "bfdd", "staticd"))
+RENDERED_CONFS = frozenset({f"{daemon}.conf" for daemon in ("zebra", "bgpd", "bfdd", "staticd")}
+                           | {INTEGRATED, HOST_SCRIPT})
+
+# Lines each daemon's file repeats (or that only make sense per daemon): the integrated
+# file says them once, at its top, or not at all (log files live in the lab's run dir).
+_PER_DAEMON = re.compile(r"^(hostname |log |end$|frr defaults |frr version )")
+_HEADER = re.compile(r"^! (\S+ for \S+ \(lab .*\) -- rendered by rocelab|Addresses are set by rocelab)")
+
+
+def _stanzas(text: str) -> tuple[list[str], dict[str, list[str]]]:
+    """A daemon config's lines without its per-daemon lines, and its `interface X` stanzas
+    (their body lines) taken out, so the integrated file has one stanza per interface."""
+    body: list[str] = []
+    interfaces: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if current is not None:
+            if line.strip() in ("exit", "!"):
+                current = None
+            else:
+                current.append(line)
+            continue
+        if line.startswith("interface "):
+            current = interfaces.setdefault(line.split()[1], [])
+        elif not _PER_DAEMON.match(line) and not _HEADER.match(line):
+            body.append(line)
+    return body, interfaces
+
+
+def integrated_config(plan: Plan, rendered: Rendered, node_name: str) -> str:
+    """One router's whole FRR configuration in vtysh's integrated format (`frr.conf`).
+
+    `frr version` and `frr defaults`, the hostname, one `interface` stanza per
+    interface carrying its address (rocelab sets addresses through netlink; a
+    real device needs them from zebra), then every daemon's configuration in
+    start order without the lines each one repeats, then the node's `overrides`
+    frr snippet, then `end`. Pure: rendered text in, text out.
+    """
+    node = plan.node(node_name)
+    files = rendered.files.get(node_name, {})
+    lines = [f"! {node.name} (lab {plan.lab}) -- rendered by rocelab: the whole FRR "
+             "configuration of this router", f"frr version {FRR_VERSION}",
+             "frr defaults datacenter", f"hostname {node.name}", "!"]
+    bodies: list[list[str]] = []
+    extra: dict[str, list[str]] = {}
+    for daemon in daemons_for(plan, node):
+        body, interfaces = _stanzas(files.get(f"{daemon}.conf", ""))
+        bodies.append(body)
+        for name, stanza in interfaces.items():
+            extra.setdefault(name, []).extend(stanza)
+    ports = ([("lo", f"{node.loopback}/32")] if node.loopback else []) + \
+        [(p.name, p.address) for p in node.interfaces]
+    named = {name for name, _ in ports}
+    for name, address in ports + [(n, None) for n in extra if n not in named]:
+        stanza = ([f" ip address {address}"] if address else []) + extra.get(name, [])
+        if stanza:
+            lines += [f"interface {name}", *stanza, "exit", "!"]
+    for body in bodies:
+        lines += _squeeze(body)
+    if node.frr_snippet:
+        lines += ["! overrides: frr (the topology's own configuration for this router)",
+                  *node.frr_snippet.rstrip("\n").splitlines(), "!"]
+    return "\n".join(lines + ["end"]) + "\n"
+
+
+def _squeeze(lines: list[str]) -> list[str]:
+    """Without leading separators and runs of `!` (what removing lines leaves behind)."""
+    out: list[str] = []
+    for line in lines:
+        if line.strip() == "!" and (not out or out[-1].strip() == "!"):
+            continue
+        out.append(line)
+    return out
+
+
+def host_script(plan: Plan, node: Node) -> str:
+    """A host's network configuration as a shell script of `ip` commands: MTU and state of
+    each NIC, its address, a dual-homed host's /32 on lo, then its routes (a multipath
+    default route as one route with a `nexthop` per NIC)."""
+    lines = ["#!/bin/sh", f"# {node.name} (lab {plan.lab}) -- rendered by rocelab: its addresses "
+             "and routes", "set -e"]
+    if len(node.interfaces) > 1:  # as realize sets them: a dead leaf's next hop is dropped
+        policy = "1" if node.ecmp_hash.value == "l4" else "0"
+        lines += ["sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1",
+                  f"sysctl -qw net.ipv4.fib_multipath_hash_policy={policy}"]
+    for p in node.interfaces:
+        lines.append(f"ip link set dev {p.name} mtu {plan.port_mtu(p)} up")
+        if p.address:
+            lines.append(f"ip address add {p.address} dev {p.name}")
+    if node.homing is Homing.DUAL and node.loopback:
+        lines.append(f"ip address add {node.loopback}/32 dev lo")
+    for route in node.routes:
+        dst = "default" if route.dst == "0.0.0.0/0" else route.dst
+        if len(route.via) == 1:
+            (gw, dev), = route.via
+            lines.append(f"ip route add {dst} via {gw} dev {dev}")
+        else:
+            lines.append(f"ip route add {dst} " + " ".join(
+                f"nexthop via {gw} dev {dev}" for gw, dev in route.via))
+    return "\n".join(lines) + "\n"
 
 
 def _refuse(out: Path, why: str) -> RocelabError:
@@ -72,7 +186,7 @@ def earlier_render(out: Path) -> list[Path]:
     """The files an earlier `rocelab render` left in `out` (plan.json first); [] if it is empty.
 
     An earlier render is recognised by its plan.json (a rocelab plan) and owns only
-    plan.json and <node>/<daemon>.conf for the nodes that plan names. Anything else
+    plan.json and <node>/<file> (RENDERED_CONFS) for the nodes that plan names. Anything else
     in `out` is someone else's: RocelabError naming it, and nothing is touched.
     """
     if out.exists() and not out.is_dir():
@@ -106,7 +220,8 @@ def earlier_render(out: Path) -> list[Path]:
 
 
 def write(rendered: Rendered, out: Path) -> list[Path]:
-    """Write a rendered lab into `out`: plan.json and <node>/<daemon>.conf, and nothing else.
+    """Write a rendered lab into `out`: plan.json, <router>/<daemon>.conf and frr.conf,
+    <host>/host.sh, and nothing else.
 
     `out` ends up holding exactly this render: a new or empty directory is filled,
     an earlier rocelab render (of any topology) is replaced, and a directory

@@ -11,12 +11,16 @@ from .. import lab, neighbours, render
 @click.command("render")
 @click.argument("topology", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
-              help="Directory for plan.json and <node>/<daemon>.conf: new, empty, or an earlier "
-                   "render (replaced). Anything else is refused.")
+              help="Directory for plan.json, <router>/<daemon>.conf and frr.conf, <host>/host.sh: "
+                   "new, empty, or an earlier render (replaced). Anything else is refused.")
 @click.option("--name", help="Lab name (default: the file's `name:`).")
 @click.option("--json", "as_json", is_flag=True, help="The files written, as JSON.")
 def command(topology: str, out: str, name: str | None, as_json: bool) -> None:
     """Write every node's config and the resolved plan (JSON). No root needed.
+
+    Each router gets its daemons' files and one integrated frr.conf (vtysh format,
+    addresses included: it configures a real device too); each host a host.sh of
+    `ip` commands.
 
     DIR then holds exactly this render (ready to diff against golden files): an
     earlier rocelab render there, of any topology, is replaced; a directory holding
