@@ -20,7 +20,7 @@ from pyroute2 import IPRoute
 
 from . import netns
 from .errors import RocelabError
-from .plan import Node, Plan
+from .plan import Homing, Node, Plan
 from .spec import FabricMode
 
 ROCE_PORT = 4791
@@ -35,19 +35,32 @@ def _run_in(node: Node, argv: list[str], stdin: str | None = None) -> str:
     return res.stdout
 
 
-def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_PORT
-                ) -> str | None:
-    """The uplink (named after the spine) src's leaf picks for this UDP flow; None where
-    the fabric does not say (evpn; l2 before the destination's MAC was learned)."""
-    leaf = plan.node(src.leaf or "")
+def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_PORT,
+                rail: int | None = None) -> str | None:
+    """The port (an uplink is named after its spine) src's leaf picks for this UDP flow;
+    None where the fabric does not say (evpn; l2 before the destination's MAC was
+    learned). `rail`: a multi-NIC host's QP on NIC `rail` (to the peer's NIC of that
+    index), which enters the fabric at that rail's leaf."""
+    nic = src.interfaces[rail] if rail is not None else src.interfaces[0]
+    if src.homing is Homing.DUAL and plan.fabric is FabricMode.L3:  # the host's own ECMP picks
+        dev = _route_dev(src, ["from", src.address or "", "ipproto", "udp", "sport", str(sport),
+                               "dport", str(dport)], dst.address or "")
+        nic = src.interface(dev)
+    leaf = plan.node(nic.peer)
     if plan.fabric is FabricMode.L2:
         return learned_port(leaf, dst.interfaces[0].mac)
     if plan.fabric is FabricMode.EVPN:
         return None
-    out = _run_in(leaf, ["ip", "-j", "route", "get", dst.address or "", "from", src.address or "",
-                         "iif", src.name, "ipproto", "udp", "sport", str(sport),
-                         "dport", str(dport)])
-    return json.loads(out)[0]["dev"]
+    src_ip = src.addresses[rail % len(src.addresses)] if rail is not None else src.address
+    dst_ip = dst.addresses[rail % len(dst.addresses)] if rail is not None else dst.address
+    return _route_dev(leaf, ["from", src_ip or "", "iif", nic.peer_ifname, "ipproto", "udp",
+                             "sport", str(sport), "dport", str(dport)], dst_ip or "")
+
+
+def _route_dev(node: Node, selectors: list[str], dst: str) -> str:
+    """The device `node`'s kernel sends a packet to `dst` out of (`ip route get`)."""
+    out = _run_in(node, ["ip", "-j", "route", "get", dst, *selectors])
+    return str(json.loads(out)[0]["dev"])
 
 
 def sports_via(plan: Plan, src: Node, dst: Node, via: str, n: int,

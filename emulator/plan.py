@@ -245,11 +245,13 @@ class Plan:
         """Down/up capacity of every leaf with hosts (and every spine below superspines):
         1.0 is non-blocking, 2.0 means the downlinks can offer twice what the uplinks carry."""
         out = {}
+        tiers = {Kind.LEAF: (Kind.HOST, Kind.SPINE), Kind.SPINE: (Kind.LEAF, Kind.SUPERSPINE)}
         for node in self.routers:
-            up_kind = {Kind.LEAF: Kind.SPINE, Kind.SPINE: Kind.SUPERSPINE}.get(node.kind)
+            if node.kind not in tiers:
+                continue
+            down_kind, up_kind = tiers[node.kind]
             up = sum(p.speed_bps for p in node.interfaces if self.node(p.peer).kind is up_kind)
-            down = sum(p.speed_bps for p in node.interfaces
-                       if self.node(p.peer).kind is not up_kind and up_kind is not None)
+            down = sum(p.speed_bps for p in node.interfaces if self.node(p.peer).kind is down_kind)
             if up and down:
                 out[node.name] = round(down / up, 3)
         return out

@@ -488,6 +488,16 @@ class Topology(Strict):
 UNION_TAGS = {"Links"}  # a union member's name pydantic puts in an error's location
 
 
+WRONG_BRANCH = {"model_type", "dict_type", "list_type", "model_attributes_type"}
+
+
+def _union_tag(part: str) -> bool:
+    """A union member's tag in an error location ('constrained-float', 'list[LinkSpec]'),
+    not a field or key (keys such as leaf1-spine1 carry dashes too)."""
+    return part in UNION_TAGS or "[" in part or bool(
+        re.match(r"(constrained|function|lax|json|tagged|nullable|default)-", part))
+
+
 def json_schema() -> dict[str, Any]:
     schema = Topology.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
@@ -497,8 +507,7 @@ def json_schema() -> dict[str, Any]:
 
 def _describe(err: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
     # Union members add type tags (e.g. 'constrained-float') to the location: drop them.
-    loc = ".".join(str(p) for p in err["loc"]
-                   if "-" not in str(p) and "[" not in str(p) and str(p) not in UNION_TAGS)
+    loc = ".".join(str(p) for p in err["loc"] if not _union_tag(str(p)))
     loc = loc or "(top level)"
     kind, got = err["type"], err.get("input")
     if kind == "extra_forbidden":
@@ -521,13 +530,16 @@ def _describe(err: ErrorDetails, model: type[BaseModel]) -> tuple[str, str]:
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model at `loc` inside `model` (through optional fields and list items), or None."""
     current: type[BaseModel] | None = model
+    keyed = False  # the field just entered is a mapping: the next part is one of its keys
     for part in loc:
         if current is None:
             return None
-        if isinstance(part, int):  # an item of the list field just entered
+        if isinstance(part, int) or keyed or _union_tag(str(part)):  # a list item, a key
+            keyed = False
             continue
         field = current.model_fields.get(str(part))
         current = _submodel(field.annotation) if field else None
+        keyed = field is not None and typing.get_origin(field.annotation) is dict
     return current
 
 
@@ -548,7 +560,9 @@ def validate(model: type[M], data: Any, source: str, fields_hint: str | None = N
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        errors = sorted(e.errors(), key=lambda x: [str(p) for p in x["loc"]])
+        # A union tried every member: the one whose type matched the input says what is wrong.
+        errors = sorted(e.errors(), key=lambda x: (x["type"] in WRONG_BRANCH,
+                                                   [str(p) for p in x["loc"]]))
         field, problem = _describe(errors[0], model)
         raise SpecError(source, field, problem) from None
 

@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pyroute2 import IPRoute
+
 from . import converge, evpn, faults, netns
 from .errors import ConvergeTimeout, RocelabError
 from .faults.model import AfterState, link_alive
-from .plan import Kind, Node, Plan
+from .plan import Homing, Kind, Node, Plan
 from .spec import FabricMode
 
 
@@ -41,8 +43,10 @@ class RouterStatus:
     prefixes_received: int
     ecmp_min: int  # toward the host prefixes it must learn (0 = some missing)
     ecmp_max: int
-    ecmp_expected: int  # on a healthy fabric
+    ecmp_expected: int  # the widest on a healthy fabric
     fib_as_expected: bool  # every width what the active faults require
+    ecmp_expected_min: int = 0  # the narrowest on a healthy fabric (3-tier: 1 within a pod)
+    ecmp_full: bool = True  # every width what a healthy fabric has
     failed: bool = False  # the router itself is failed (a node fault)
     error: str | None = None
 
@@ -55,7 +59,7 @@ class RouterStatus:
     def ok(self) -> bool:
         """Healthy: every session up and full ECMP."""
         return (self.error is None and self.sessions_up == self.sessions_configured
-                and self.ecmp_min == self.ecmp_expected)
+                and self.ecmp_full)
 
 
 def active_after(plan: Plan) -> tuple[list[dict[str, Any]], AfterState]:
@@ -76,10 +80,12 @@ def router_status(plan: Plan, node: Node, after: AfterState,
     configured = sum(1 for i in node.interfaces if i.fabric)
     have = converge.fib_widths_of(plan, node)
     widths = list(have.values()) or [0]
+    healthy = plan.expected_widths().get(node.name, {})
     base = dict(node=node.name, kind=node.kind.value, asn=node.asn, sessions_configured=configured,
                 sessions_expected=expected_sessions(node, after),
                 ecmp_min=min(widths), ecmp_max=max(widths),
-                ecmp_expected=converge.expected_width(plan, node),
+                ecmp_expected=max(healthy.values(), default=0),
+                ecmp_expected_min=min(healthy.values(), default=0), ecmp_full=have == healthy,
                 fib_as_expected=expected is None or have == expected,
                 failed=node.name in after["failed_nodes"])
     if not netns.exists(node.netns):
@@ -128,6 +134,38 @@ def evpn_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
                                  "ok": vni["remote_vteps"] == every}
 
 
+def rail_traffic(plan: Plan) -> list[dict[str, Any]]:
+    """Rail-optimized fabrics: per rail (NIC index), its leaves and the bytes every host's
+    NIC on it has sent and received (kernel counters); [] when no host has rails."""
+    rail_hosts = [h for h in plan.hosts if h.homing is Homing.RAIL]
+    if not rail_hosts:
+        return []
+    counters = dict(netns.parallel(lambda h: (h.name, _nic_bytes(h)), rail_hosts))
+    rails: dict[int, dict[str, Any]] = {}
+    for h in rail_hosts:
+        for p in h.interfaces:
+            r = rails.setdefault(p.rail or 0, {"rail": p.rail or 0, "leaves": [], "tx_bytes": 0,
+                                               "rx_bytes": 0})
+            if p.peer not in r["leaves"]:
+                r["leaves"].append(p.peer)
+            tx, rx = counters.get(h.name, {}).get(p.name, (0, 0))
+            r["tx_bytes"] += tx
+            r["rx_bytes"] += rx
+    return [rails[k] for k in sorted(rails)]
+
+
+def _nic_bytes(host: Node) -> dict[str, tuple[int, int]]:
+    """A host's NICs: name -> (tx bytes, rx bytes)."""
+    if not netns.exists(host.netns):
+        return {}
+    with netns.entered(host.netns), IPRoute() as ipr:
+        out = {}
+        for link in ipr.get_links():
+            stats = link.get_attr("IFLA_STATS64") or {}
+            out[link.get_attr("IFLA_IFNAME")] = (stats.get("tx_bytes", 0), stats.get("rx_bytes", 0))
+        return out
+
+
 def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
     """The lab's routers (bridges on l2, VNIs on evpn), hosts, faults, and whether it is
     converged and healthy."""
@@ -156,10 +194,13 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
         "routers": [asdict(r) | {"ok": r.ok, "converged": r.converged} for r in routers],
         "bridges": bridges,
         "evpn": vnis,
-        "hosts": [{"node": h.name, "role": h.role, "leaf": h.leaf,
-                   "address": h.address} for h in plan.hosts],
+        "hosts": [{"node": h.name, "role": h.role, "leaf": h.leaf, "leaves": h.leaves,
+                   "homing": h.homing.value, "address": h.address, "addresses": h.addresses}
+                  for h in plan.hosts],
+        "rails": rail_traffic(plan),
         "reachability": None if reach is None else {"ok": reach.ok, "problems": reach.problems},
         "faults": active,
+        "shape": plan.shape(),
         "spines": len(plan.of_kind(Kind.SPINE)),
         "leaves": len(plan.of_kind(Kind.LEAF)),
     }

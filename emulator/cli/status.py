@@ -54,7 +54,8 @@ def _print(st: dict[str, Any]) -> None:
 def _title(st: dict[str, Any]) -> str:
     mode = {"l2": "l2: one VLAN, 802.1D STP", "evpn": f"evpn over {st['addressing']}"}.get(
         st.get("fabric", "l3"), st["addressing"])
-    return f"lab {st['lab']} ({mode}, {st['spines']} spines x {st['leaves']} leaves)"
+    shape = st.get("shape") or f"{st['spines']} spines x {st['leaves']} leaves"
+    return f"lab {st['lab']} ({mode}, {shape})"
 
 
 def _bridges(st: dict[str, Any]) -> Table:
@@ -93,14 +94,31 @@ def _routers(st: dict[str, Any]) -> Table:
     for col in ("router", "ASN", "sessions", "prefixes rx", "ECMP", "ok"):
         table.add_column(col)
     for r in st["routers"]:
-        ecmp = f"{r['ecmp_min']}" + (f"-{r['ecmp_max']}" if r["ecmp_max"] != r["ecmp_min"] else "")
+        ecmp = _span(r["ecmp_min"], r["ecmp_max"])
+        want = _span(r.get("ecmp_expected_min", r["ecmp_expected"]), r["ecmp_expected"])
         table.add_row(r["node"], str(r["asn"]), f"{r['sessions_up']}/{r['sessions_configured']}",
-                      str(r["prefixes_received"]), f"{ecmp} (want {r['ecmp_expected']})",
+                      str(r["prefixes_received"]), f"{ecmp} (want {want})",
                       "yes" if r["ok"] else f"[red]no[/] {r['error'] or ''}".rstrip())
     return table
 
 
+def _span(lo: int, hi: int) -> str:
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _rails(st: dict[str, Any]) -> Table:
+    table = Table(title="traffic per rail (host NIC counters)")
+    for col in ("rail", "leaves", "sent", "received"):
+        table.add_column(col)
+    for r in st["rails"]:
+        table.add_row(str(r["rail"]), ", ".join(r["leaves"]), f"{r['tx_bytes'] / 1e6:.1f} MB",
+                      f"{r['rx_bytes'] / 1e6:.1f} MB")
+    return table
+
+
 def _print_rest(st: dict[str, Any], console: Console) -> None:
+    if st.get("rails"):
+        console.print(_rails(st))
     reach = st["reachability"]
     hosts = len(st["hosts"])
     if reach is None:

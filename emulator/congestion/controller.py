@@ -71,7 +71,8 @@ class Controller:
         for node in self.plan.nodes:
             with netns.entered(node.netns), IPRoute() as ipr:
                 for port in node.interfaces:
-                    qos.apply_port(ipr, port.name, self.cp, self.plan.mtu, eg, ing, port.port_id)
+                    qos.apply_port(ipr, port.name, qos.of_port(self.cp, port.speed_bps),
+                                   self.plan.port_mtu(port), eg, ing, port.port_id)
                     raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
                     raw.bind((port.name, 0))
                     self.raw[port.port_id] = raw
@@ -126,7 +127,9 @@ class Controller:
             with netns.entered(node.netns):
                 idx = socket.if_nametoindex(port.name)
             self.switches[port.port_id] = (self.nl[node.name],
-                                           *qos.pause_messages(idx, self.cp, self.plan.mtu))
+                                           *qos.pause_messages(
+                                               idx, qos.of_port(self.cp, port.speed_bps),
+                                               self.plan.port_mtu(port)))
         return self.switches[port.port_id]
 
     def report(self) -> None:

@@ -23,7 +23,8 @@ def set_drain(plan: Plan, host: Node, draining: bool) -> None:
     leaf_port = leaf.interface(port.peer_ifname)
     with netns.entered(leaf.netns), IPRoute() as ipr:
         idx = socket.if_nametoindex(leaf_port.name)
-        qos.set_pause(ipr, idx, plan.congestion, plan.mtu, paused=not draining)
+        qos.set_pause(ipr, idx, qos.of_port(plan.congestion, leaf_port.speed_bps),
+                      plan.port_mtu(leaf_port), paused=not draining)
         if draining:  # TBF restarts only on an enqueue
             with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as raw:
                 raw.bind((leaf_port.name, 0))

@@ -19,6 +19,7 @@ import os
 import socket
 import struct
 import subprocess
+from dataclasses import replace
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
@@ -39,6 +40,11 @@ EGRESS, INGRESS = "ffff:fff3", "ffff:fff2"
 def burst_bytes(rate_bps: int, mtu: int) -> int:
     """At least 0.5 ms of data (HTB/TBF accuracy) and two full frames."""
     return max(int(rate_bps * 0.0005 / 8), 2 * (mtu + 64))
+
+
+def of_port(cp: CongestionPlan, speed_bps: int) -> CongestionPlan:
+    """The congestion plan as one port sees it: shaped at its own speed / D."""
+    return replace(cp, rate_bps=cp.rate_of(speed_bps))
 
 
 def classid(tc: int) -> int:

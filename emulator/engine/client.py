@@ -63,6 +63,7 @@ def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
             subprocess.Popen(
                 [sys.executable, "-m", "emulator.engine.daemon", "--lab", plan.lab,
                  "--host", host.name, "--ip", host.address or "", "--sock", str(path),
+                 *[a for ip in host.addresses[1:] for a in ("--rail-ip", ip)],
                  "--config", for_host(plan, host).to_json()],
                 env=base_env(plan.lab),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -96,8 +97,10 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
                 break
             elif event == "error":
                 raise EngineError(f"{initiator.name}: {msg['error']}")
-    for qp in msg["qps"]:
-        qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"])
+    for i, qp in enumerate(msg["qps"]):  # QP i on rail i: NIC i mod NICs at each end
+        rail = i % len(src.addresses) if len(src.addresses) > 1 else None
+        qp["rail"] = rail
+        qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"], rail=rail)
     return TransferResult(**msg, src=src.name, dst=dst.name)
 
 

@@ -54,6 +54,6 @@ def for_host(plan: Plan, host: Node) -> EngineConfig:
     # A RoCE NIC does not stop at a small window: its lossless class relies on
     # ECN and PFC, so let each QP keep megabytes in flight (2048 x MTU).
     return EngineConfig(dscp=cp.roce_dscp, rto=rto, rto_max=4 * rto, window=2048,
-                        line_rate_bps=cp.rate_bps, dilation=cp.dilation,
+                        line_rate_bps=cp.rate_of(host.interfaces[0].speed_bps), dilation=cp.dilation,
                         dcqcn=None if profile == "off" else profile,
                         overrides={cp.dcqcn_profile: dict(cp.dcqcn_overrides)})

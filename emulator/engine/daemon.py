@@ -43,11 +43,14 @@ ACK_TIMEOUT_BACKOFF = 16  # a flow's ack_timeout doubles per retry up to this ma
 
 
 class Engine:
-    def __init__(self, lab: str, host: str, ip: str, sock_path: Path, config: EngineConfig):
+    def __init__(self, lab: str, host: str, ip: str, sock_path: Path, config: EngineConfig,
+                 rail_ips: tuple[str, ...] = ()):
         self.lab, self.host, self.ip, self.sock_path = lab, host, ip, sock_path
+        self.ips = [ip, *rail_ips]  # QP i sends from ips[i % len(ips)]: rail i mod NICs
         self.config = config
         self.profile = config.profile()
-        self.dp = DataPlane(ip, dscp=config.dscp, key_seed=sum(socket.inet_aton(ip)) & 0xFF)
+        self.dp = DataPlane(ip, dscp=config.dscp, key_seed=sum(socket.inet_aton(ip)) & 0xFF,
+                            rail_ips=rail_ips)
         self._qpn = random.Random(ip).randrange(0x100, 0x1000)
         self._lock = threading.Lock()
         self.transfers_done = 0
@@ -173,14 +176,16 @@ class Engine:
         t_setup = time.monotonic()
         try:
             with Channel(_connect_peer(peer_ip)) as peer:
-                peer.send({"cmd": "accept", "job": job.to_json(), "qps": local, "ip": self.ip})
+                peer.send({"cmd": "accept", "job": job.to_json(), "qps": local, "ip": self.ip,
+                           "ips": self.ips})
                 reply = peer.recv()
                 if reply.get("event") == "error":
                     raise EngineError(f"peer {peer_ip}: {reply['error']}")
                 qps = self.new_qps(job, local, reply["qps"])
                 watch = Watch(len(segments), {i: s.length for i, s in enumerate(segments)})
                 t0 = time.monotonic()
-                self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ip, watch))
+                peer_ips = reply.get("ips") or [peer_ip]
+                self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ips, watch))
                 self._wait(job, qps, watch, cli, t0)
                 t1 = time.monotonic()
                 counters = self.dp.call(lambda: self.dp.remove(qpns))
@@ -193,11 +198,11 @@ class Engine:
         return self._result(job, qps, counters, fin, mine, watch, t_setup, t0, t1)
 
     def _post(self, job: Job, qps: list[QueuePair], segments, buf: bytearray, reply: dict,
-              peer_ip: str, watch: Watch) -> None:
+              peer_ips: list[str], watch: Watch) -> None:
         view = memoryview(buf)
         va, rkey = reply["va"], reply["rkey"]
-        for qp in qps:
-            self.dp.add(qp, peer_ip, watch)
+        for i, qp in enumerate(qps):  # QP i on rail i: NIC i mod NICs at each end
+            self.dp.add(qp, peer_ips[i % len(peer_ips)], watch, self.ips[i % len(self.ips)])
         for i, s in enumerate(segments):
             qp = qps[i % len(qps)]  # stripe messages across QPs: per-QP entropy for ECMP
             if job.op is Op.WRITE:
@@ -233,8 +238,8 @@ class Engine:
             "messages": watch.expected, "integrity_ok": mine == fin.get("digest"),
             "digest": mine, "interruption_s": interruption, **total,
             "qps": [{"qpn": q.qpn, "remote_qpn": q.config.remote_qpn,
-                     "udp_sport": qp_sport(q.config),
-                     **{k: counters[q.qpn].get(k, 0) for k in SUM_KEYS}} for q in qps],
+                     "udp_sport": qp_sport(q.config), "local_ip": self.ips[i % len(self.ips)],
+                     **{k: counters[q.qpn].get(k, 0) for k in SUM_KEYS}} for i, q in enumerate(qps)],
         }
 
     def on_peer(self, ch: Channel) -> None:
@@ -248,9 +253,13 @@ class Engine:
         mr = self.dp.call(lambda: self.dp.memory.register(buf))
         local = self.new_qpns(job.qps)
         qps = self.new_qps(job, local, msg["qps"])
-        self.dp.call(lambda: [self.dp.add(qp, msg["ip"]) for qp in qps])
+        peer_ips = msg.get("ips") or [msg["ip"]]
+        self.dp.call(lambda: [self.dp.add(qp, peer_ips[i % len(peer_ips)], None,
+                                          self.ips[i % len(self.ips)])
+                              for i, qp in enumerate(qps)])
         try:
-            ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey})
+            ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey,
+                     "ips": self.ips})
             fin = ch.recv()
         finally:
             counters = self.dp.call(lambda: self.dp.remove([q.qpn for q in qps]))
@@ -274,12 +283,15 @@ def main() -> None:
     ap.add_argument("--lab", required=True)
     ap.add_argument("--host", required=True)
     ap.add_argument("--ip", required=True)
+    ap.add_argument("--rail-ip", action="append", default=[],
+                    help="a multi-NIC host's other addresses, rail order")
     ap.add_argument("--sock", required=True, type=Path)
     ap.add_argument("--config", default="{}", help="EngineConfig as JSON")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-    Engine(args.lab, args.host, args.ip, args.sock, EngineConfig.from_json(args.config)).serve()
+    Engine(args.lab, args.host, args.ip, args.sock, EngineConfig.from_json(args.config),
+           tuple(args.rail_ip)).serve()
 
 
 if __name__ == "__main__":

@@ -67,9 +67,9 @@ class Gap:
 
 
 class DataPlane(threading.Thread):
-    def __init__(self, local_ip: str, dscp: int, key_seed: int):
+    def __init__(self, local_ip: str, dscp: int, key_seed: int, rail_ips: tuple[str, ...] = ()):
         super().__init__(name="dataplane", daemon=True)
-        self.transport = Transport(local_ip)
+        self.transport = Transport(local_ip, rail_ips=rail_ips)
         self.endpoint = Endpoint(self.transport, dscp=dscp)
         self.memory = MemoryTable(key_seed=key_seed)
         self.qps: dict[int, QueuePair] = {}
@@ -86,12 +86,14 @@ class DataPlane(threading.Thread):
         self._cmds.put((fn, fut))
         return fut.result(timeout)
 
-    def add(self, qp: QueuePair, peer_ip: str, watch: Watch | None = None) -> None:
-        """(data thread) Serve a QP; its completions feed `watch`."""
+    def add(self, qp: QueuePair, peer_ip: str, watch: Watch | None = None,
+            local_ip: str | None = None) -> None:
+        """(data thread) Serve a QP (sending from `local_ip`: its rail); its completions
+        feed `watch`."""
         self.qps[qp.qpn] = qp
         self.gaps[qp.qpn] = Gap()
         self.peers[qp.qpn] = peer_ip
-        self.endpoint.add(qp, peer_ip)
+        self.endpoint.add(qp, peer_ip, local_ip)
         if watch is not None:
             self.watches[qp.qpn] = watch
 

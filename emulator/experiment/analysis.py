@@ -248,12 +248,13 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
     reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
     out: Results = {
         "experiment": exp.name, "lab": plan.lab, "dilation": plan.dilation,
-        "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": plan.speed_bps,
+        "link_rate_bps": cp.rate_of(plan.speed_bps) if cp else None,
+        "declared_speed_bps": plan.speed_bps,
         "flows": flow_out, "ports": ports, "events": events,
         "steady": {"from_s": steady0, "to_s": steady1,
                    "rates_bps": steady_rates,
                    "jain": jain(list(steady_rates.values())) if steady_rates else None,
-                   "bottleneck": bottleneck(ports, steady0, steady1, cp.rate_bps, ROCE_TC)
+                   "bottleneck": bottleneck(ports, steady0, steady1, cp.rate_of(plan.speed_bps), ROCE_TC)
                    if cp else None},
         "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
                 "reaction_us_p50": _pct(reactions, 50),

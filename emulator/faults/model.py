@@ -187,11 +187,11 @@ def effects_of(plan: Plan, fault: Fault) -> set[Effect]:
     """Both ends of every link the fault cuts: DROP (silent), or DOWN on the router ends."""
     kind = EffectKind.DROP if fault.silent else EffectKind.DOWN
     out = set()
-    for a, b in links_of(plan, fault):
-        port_a = next(i for i in plan.node(a).interfaces if i.peer == b)
-        for node, port in ((a, port_a.name), (b, port_a.peer_ifname)):
-            if fault.silent or plan.node(node).is_router:
-                out.add(Effect(kind, node, port))
+    for a, b in set(links_of(plan, fault)):
+        for port_a in plan.node(a).ports_to(b):  # every parallel link between the two
+            for node, port in ((a, port_a.name), (b, port_a.peer_ifname)):
+                if fault.silent or plan.node(node).is_router:
+                    out.add(Effect(kind, node, port))
     return out
 
 

@@ -79,7 +79,8 @@ class Recorder:
             binned(sorted(ticks), RATE_BIN_S))}]
         return res | {
             "kind": kind, "lab": self.plan.lab, "dilation": self.plan.dilation,
-            "link_rate_bps": cp.rate_bps if cp else None, "declared_speed_bps": self.plan.speed_bps,
+            "link_rate_bps": cp.rate_of(self.plan.speed_bps) if cp else None,
+            "declared_speed_bps": self.plan.speed_bps,
             "recorded_s": round(self.elapsed, 4), "flows": flows, "ports": self.ports,
             "link_bytes": self.link_bytes,
             "pfc": {"pauses": self.pfc1.get("pauses", 0) - self.pfc0.get("pauses", 0),

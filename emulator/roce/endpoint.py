@@ -70,10 +70,11 @@ class Endpoint:
         if transport.on_bad_icrc is None:
             transport.on_bad_icrc = self.note_bad_icrc
 
-    def add(self, qp: QueuePair, peer_ip: str) -> None:
-        """Start serving `qp`, whose peer QP lives at `peer_ip`."""
+    def add(self, qp: QueuePair, peer_ip: str, local_ip: str | None = None) -> None:
+        """Start serving `qp`, whose peer QP lives at `peer_ip`; it sends from `local_ip`
+        (a multi-NIC host's rail address), by default the transport's address."""
         sport = qp_sport(qp.config)
-        builder = FrameBuilder(self.transport.local_ip, peer_ip, sport,
+        builder = FrameBuilder(local_ip or self.transport.local_ip, peer_ip, sport,
                                max_payload=qp.config.mtu)
         if builder.max_datagram > SLOT_SIZE:
             raise EngineError(f"QP {qp.qpn:#x}: datagrams of {builder.max_datagram} bytes "

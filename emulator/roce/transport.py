@@ -188,8 +188,13 @@ class Transport:
     """
 
     def __init__(self, local_ip: str, *, ip_id: int | None = None,
-                 on_bad_icrc: Callable[[Segment], None] | None = None):
+                 on_bad_icrc: Callable[[Segment], None] | None = None,
+                 rail_ips: tuple[str, ...] = ()):
+        """`rail_ips`: a multi-NIC host's other addresses. The raw socket is then bound to
+        none (each datagram carries its QP's source address, and the host's routes send it
+        out of that rail's NIC); a guard holds UDP 4791 on every address."""
         self.local_ip = local_ip
+        self.local_ips = (local_ip, *rail_ips)
         self.counters = TransportCounters()
         self.on_bad_icrc = on_bad_icrc
         self._ip_id = random.randrange(1, 0x10000) if ip_id is None else ip_id & 0xFFFF
@@ -197,9 +202,11 @@ class Transport:
         self._rxv = memoryview(self._rx)
         self._batch = SendBatch()
         self._raw = self._guard = None
+        self._rail_guards: list[socket.socket] = []
         try:
-            self._raw = _open_raw(local_ip)
+            self._raw = _open_raw(local_ip if not rail_ips else "0.0.0.0")
             self._guard = _open_guard(local_ip)
+            self._rail_guards = [_open_guard(ip) for ip in rail_ips]
         except OSError as e:
             self.close()
             raise EngineError(f"RoCEv2 sockets on {local_ip}: {e.strerror}") from e
@@ -296,10 +303,11 @@ class Transport:
         return self._batch.room
 
     def close(self) -> None:
-        for sock in (self._raw, self._guard):
+        for sock in (self._raw, self._guard, *self._rail_guards):
             if sock is not None:
                 sock.close()
         self._raw = self._guard = None
+        self._rail_guards = []
 
     def __enter__(self) -> Transport:
         return self
