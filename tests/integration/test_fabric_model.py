@@ -21,7 +21,6 @@ from emulator.engine.job import Job, Op
 
 from .conftest import PREFIX, cli, make_lab
 
-
 running = contextlib.contextmanager(make_lab)  # a lab for one test, down whatever happens
 
 
