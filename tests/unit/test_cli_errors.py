@@ -103,6 +103,14 @@ CASES = [
     cli(["render", TOPO, "-o", "{foreign_dir}"], ERROR),
     cli(["render", TOPO, "-o", "{list_yaml}"], USAGE),  # a file
     cli(["render", TOPO, "-o", "{tmp}/r", "--nmae", "x"], USAGE),
+    # export (no root)
+    cli(["export", "/nonexistent/topology.yaml", "-o", "{tmp}/x"], BAD_FILE),
+    cli(["export", TOPO], USAGE),
+    cli(["export", TOPO, "-o", "{tmp}/x", "--format", "gns3"], USAGE),
+    cli(["export", TOPO, "-o", "{tmp}/x", "--templates", "/nonexistent/templates"], USAGE),
+    cli(["export", TOPO, "-o", "/proc/rocelab-export"], ERROR),
+    cli(["export", TOPO, "-o", "{foreign_dir}"], ERROR),
+    cli(["export", TOPO, "-o", "{list_yaml}"], USAGE),  # a file
     # schema
     cli("schema extra", USAGE),
     cli("schema --jsno", USAGE),

@@ -1,0 +1,338 @@
+"""Export a lab for tools beyond one machine: a containerlab topology (pure, plus `write`).
+
+`rocelab export --format containerlab` turns a Plan and its render into what
+containerlab deploys, and clabernetes spreads over a Kubernetes cluster:
+`<lab>.clab.yml` plus, per node, the files its container binds:
+
+- a router: `configs/<router>/frr.conf` (the integrated config, interface
+  addresses included) and `configs/<router>/daemons` (FRR's daemons file:
+  bgpd, and bfdd and staticd when the router needs them) in /etc/frr/ of an
+  FRR image; the lab's sysctls as the node's `sysctls:`;
+- a bridging switch (an l2 fabric's switches, an evpn fabric's leaves):
+  `configs/<switch>/bridge.sh`, br0 with its STP settings, its ports and the
+  VXLAN device, as `ip` commands run by the node's `exec:`;
+- a host: `configs/<host>/host.sh` (its addresses and routes) run by `exec:`,
+  in a container with `network-mode: none`, so its NICs keep the names the
+  lab gives them (eth0, eth1, ...; containerlab otherwise keeps eth0 for its
+  management network).
+
+Every link is `endpoints: ["a:ifname", "b:ifname"]` with the interface names the
+configs use, and its MTU. What does not carry over (the congestion plane, the
+RoCE engine, rocelab's own tooling) is in docs/scale.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from . import render
+from .errors import RocelabError
+from .paths import TEMPLATES_DIR, node_run_dir
+from .plan import Kind, Node, Plan
+from .spec import EcmpHash, FabricMode
+
+FORMATS = ("containerlab",)
+ROUTER_IMAGE = "quay.io/frrouting/frr:8.4.1"  # the 8.4 series rocelab runs (Debian 12: 8.4.4)
+HOST_IMAGE = "ghcr.io/srl-labs/network-multitool"  # Alpine with iproute2 (multipath, bridge, vxlan)
+MARKER = "# rocelab export"  # the first line of every clab file `export` writes
+CONFIGS = "configs"
+MOUNT = "/rocelab"  # where hosts and bridging switches find their script
+NODE_FILES = frozenset({"frr.conf", "daemons", "host.sh", "bridge.sh"})  # all `export` writes per node
+USER_HZ = 100  # bridge timers cross netlink (and iproute2's arguments) in centiseconds
+VXLAN_PORT = 4789
+
+
+@dataclass(frozen=True)
+class Export:
+    """What `write` puts in a directory: {relative path: text}, the clab file first."""
+
+    lab: str
+    clab_file: str  # "<lab>.clab.yml"
+    files: dict[str, str]
+    executable: frozenset[str]  # the scripts (mode 0755)
+
+
+# -- sysctls: what realize writes in each namespace, as containerlab's `sysctls:` ---------
+
+def sysctls(plan: Plan, node: Node) -> dict[str, str]:
+    """The lab's sysctls that matter in a container: forwarding, dropping a next hop whose
+    link lost carrier, and the multipath hash (realize.py sets the same in each namespace)."""
+    out = {"net.ipv4.conf.all.rp_filter": "0", "net.ipv4.conf.default.rp_filter": "0",
+           "net.ipv6.conf.all.accept_dad": "0", "net.ipv6.conf.default.accept_dad": "0"}
+    policy = "1" if node.ecmp_hash is EcmpHash.L4 else "0"
+    hashing = {"net.ipv4.fib_multipath_hash_policy": policy,
+               "net.ipv6.fib_multipath_hash_policy": policy}
+    linkdown = {"net.ipv4.conf.all.ignore_routes_with_linkdown": "1",
+                "net.ipv4.conf.default.ignore_routes_with_linkdown": "1"}
+    if node.is_router and plan.routed:
+        out |= {"net.ipv4.ip_forward": "1", "net.ipv6.conf.all.forwarding": "1"} | linkdown | hashing
+    elif node.kind is Kind.HOST and len(node.interfaces) > 1:
+        out |= linkdown | hashing
+    return out
+
+
+# -- per-node files -------------------------------------------------------------
+
+def daemons_file(plan: Plan, node: Node) -> str:
+    """FRR's /etc/frr/daemons: the daemons this router runs (as `up` starts them) and no other."""
+    run = set(render.daemons_for(plan, node))
+    lines = [f"# {node.name} (lab {plan.lab}) -- rendered by rocelab export: FRR's daemons file",
+             "# zebra always runs; the others as rocelab starts them for this router"]
+    for daemon in ("bgpd", "ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd", "nhrpd",
+                   "eigrpd", "babeld", "sharpd", "pbrd", "bfdd", "fabricd", "vrrpd", "pathd",
+                   "staticd"):
+        lines.append(f"{daemon}={'yes' if daemon in run else 'no'}")
+    lines += ["", "vtysh_enable=yes", 'zebra_options="  -A 127.0.0.1 -s 90000000"']
+    lines += [f'{d}_options="  -A 127.0.0.1"' for d in render.daemons_for(plan, node) if d != "zebra"]
+    return "\n".join(lines) + "\n"
+
+
+def bridge_script(plan: Plan, node: Node) -> str:
+    """A bridging switch's br0 as `ip` commands: what bridge.py makes through netlink (STP
+    timers and priority, the fixed bridge MAC, the MAC limit, ports; on an evpn leaf the
+    VXLAN device, learning off, `tos inherit`)."""
+    l2 = plan.l2
+    assert l2 is not None and node.bridge is not None
+    br = node.bridge
+    stp = plan.fabric is FabricMode.L2 and l2.stp
+    lines = ["#!/bin/sh", f"# {node.name} (lab {plan.lab}) -- rendered by rocelab export: its bridge "
+             f"{br}, its ports" + (" and VXLAN device" if plan.fabric is FabricMode.EVPN else ""),
+             "set -e"]
+    if plan.fabric is FabricMode.L2:  # no IP on an l2 switch: no IPv6 chatter in the MAC tables
+        lines.append("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+    lines.append(f"ip link add {br} address {node.bridge_mac} type bridge stp_state {int(stp)} "
+                 f"priority {node.stp_priority or 32768} forward_delay {l2.forward_delay_s * USER_HZ} "
+                 f"hello_time {l2.hello_time_s * USER_HZ} max_age {l2.max_age_s * USER_HZ} "
+                 f"ageing_time {l2.ageing_time_s * USER_HZ} mcast_snooping 0")
+    if l2.mac_table_limit:
+        lines.append(f"ip link set dev {br} type bridge fdb_max_learned {l2.mac_table_limit}"
+                     "  # Linux and iproute2 6.7+")
+    for p in node.interfaces:
+        if p.bridged:
+            lines.append(f"ip link set dev {p.name} master {br}")
+    if plan.fabric is FabricMode.EVPN:
+        vx = l2.vxlan
+        mtu = next(p.mtu for p in node.interfaces if p.bridged)
+        lines += [f"ip link add {vx} mtu {mtu} type vxlan id {l2.vni} local {node.loopback} "
+                  f"dstport {VXLAN_PORT} nolearning tos inherit ttl 64",
+                  f"ip link set dev {vx} master {br}",
+                  f"ip link set dev {vx} type bridge_slave learning off",
+                  f"ip link set dev {vx} up",
+                  f"sysctl -qw net.ipv6.conf.{br}.disable_ipv6=1",
+                  f"sysctl -qw net.ipv6.conf.{vx}.disable_ipv6=1"]
+    lines.append(f"ip link set dev {br} up")
+    return "\n".join(lines) + "\n"
+
+
+# -- rendering (optionally from the user's templates) ----------------------------
+
+def render_with(plan: Plan, templates: Path | None = None) -> render.Rendered:
+    """The lab's render, or one whose FRR templates come from `templates` first (a directory
+    of *.conf.j2 named as in frr-templates/; a template it lacks comes from frr-templates/)."""
+    if templates is None:
+        return render.render(plan)
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(templates)),
+                                    jinja2.FileSystemLoader(str(TEMPLATES_DIR))]),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True)
+    files: dict[str, dict[str, str]] = {}
+    for node in plan.nodes:
+        ctx = {"plan": plan, "node": node, "rundir": node_run_dir(plan.lab, node.name),
+               "ra_interval": render.RA_INTERVAL_S}
+        try:
+            files[node.name] = {f"{d}.conf": env.get_template(f"{d}.conf.j2").render(ctx)
+                                for d in render.daemons_for(plan, node)}
+        except jinja2.TemplateError as e:
+            where = f"{getattr(e, 'filename', None) or templates}"
+            raise RocelabError(f"{where}: {node.name}: {e}") from None
+    base = render.render(plan)  # plan.json, and the integrated files rebuilt below
+    out = render.Rendered(files=files, plan_json=base.plan_json)
+    for node in plan.frr_nodes:
+        files[node.name]["frr.conf"] = render.integrated_config(plan, out, node.name)
+    return out
+
+
+# -- the containerlab topology ----------------------------------------------------
+
+class _Flow(list[str]):
+    """A list YAML prints inline: endpoints: ["leaf1:spine1", "spine1:leaf1"]."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _flow(dumper: yaml.SafeDumper, items: _Flow) -> yaml.Node:
+    return yaml.SequenceNode("tag:yaml.org,2002:seq", [
+        yaml.ScalarNode("tag:yaml.org,2002:str", item, style='"') for item in items], flow_style=True)
+
+
+_Dumper.add_representer(_Flow, _flow)
+
+
+def containerlab(plan: Plan, rendered: render.Rendered, router_image: str = ROUTER_IMAGE,
+                 host_image: str = HOST_IMAGE, frr_configs: dict[str, str] | None = None) -> Export:
+    """The lab as a containerlab topology and the files its nodes bind. `frr_configs`:
+    routers' frr.conf that replace the rendered one (the topology's `frr_configs:`)."""
+    files: dict[str, str] = {}
+    executable: set[str] = set()
+    nodes: dict[str, dict[str, Any]] = {}
+    link_mtu = {}
+    for link in plan.links:
+        a = plan.node(link.a).interface(link.a_ifname)
+        link_mtu[link] = plan.port_mtu(a)
+    own_mtu: dict[str, list[tuple[str, int]]] = {}  # ports whose MTU differs from their link's
+    for link, mtu in link_mtu.items():
+        for name, ifname in ((link.a, link.a_ifname), (link.b, link.b_ifname)):
+            port = plan.node(name).interface(ifname)
+            if plan.port_mtu(port) != mtu:
+                own_mtu.setdefault(name, []).append((ifname, plan.port_mtu(port)))
+    frr = {n.name for n in plan.frr_nodes}
+    for node in plan.nodes:
+        d = f"{CONFIGS}/{node.name}"
+        entry: dict[str, Any] = {"kind": "linux", "group": node.kind.value}
+        binds: list[str] = []
+        run: list[str] = []
+        if node.name in frr:
+            entry["image"] = router_image
+            conf = (frr_configs or {}).get(node.name) or rendered.files[node.name]["frr.conf"]
+            files[f"{d}/frr.conf"] = conf
+            files[f"{d}/daemons"] = daemons_file(plan, node)
+            binds += [f"{d}/frr.conf:/etc/frr/frr.conf", f"{d}/daemons:/etc/frr/daemons"]
+        elif node.is_router:
+            entry["image"] = host_image
+        else:
+            entry |= {"image": host_image, "network-mode": "none"}
+            files[f"{d}/host.sh"] = render.host_script(plan, node)
+            executable.add(f"{d}/host.sh")
+            binds.append(f"{d}/host.sh:{MOUNT}/host.sh")
+            run.append(f"sh {MOUNT}/host.sh")
+        if node.bridge:
+            files[f"{d}/bridge.sh"] = bridge_script(plan, node)
+            executable.add(f"{d}/bridge.sh")
+            binds.append(f"{d}/bridge.sh:{MOUNT}/bridge.sh")
+            run.append(f"sh {MOUNT}/bridge.sh")
+        if node.kind is not Kind.HOST:  # hosts' host.sh sets every NIC's MTU itself
+            run += [f"ip link set dev {ifname} mtu {mtu}" for ifname, mtu in own_mtu.get(node.name, [])]
+        entry["binds"] = binds
+        if run:
+            entry["exec"] = run
+        entry["sysctls"] = sysctls(plan, node)
+        if not binds:
+            del entry["binds"]
+        nodes[node.name] = entry
+    links = [{"endpoints": _Flow([f"{link.a}:{link.a_ifname}", f"{link.b}:{link.b_ifname}"]),
+              "mtu": mtu} for link, mtu in link_mtu.items()]
+    clab = {"name": plan.lab, "topology": {"nodes": nodes, "links": links}}
+    source = Path(plan.source).name if plan.source and not plan.source.startswith("<") else plan.source
+    head = [f"{MARKER} of lab {plan.lab} ({source}): {plan.shape()}, fabric {plan.fabric.value}",
+            f"# deploy:   sudo containerlab deploy -t {plan.lab}.clab.yml",
+            f"# clabernetes: clabverter --topologyFile {plan.lab}.clab.yml --stdout | kubectl apply -f -",
+            "# Carries over: topology, addresses, BGP/BFD/EVPN configs, host routes. Not: the",
+            "# congestion plane, the RoCE engine, rocelab's tooling (docs/scale.md)."]
+    clab_file = f"{plan.lab}.clab.yml"
+    text = "\n".join(head) + "\n" + yaml.dump(clab, Dumper=_Dumper, sort_keys=False,
+                                               default_flow_style=False, width=110)
+    return Export(lab=plan.lab, clab_file=clab_file, files={clab_file: text, **files},
+                  executable=frozenset(executable))
+
+
+def read_frr_configs(plan: Plan) -> dict[str, str]:
+    """The topology's `frr_configs:` directory: <router>/frr.conf for the routers it holds."""
+    if not plan.frr_configs:
+        return {}
+    base = Path(plan.frr_configs)
+    if not base.is_dir():
+        raise RocelabError(f"{base}: frr_configs is not a directory")
+    return {n.name: (base / n.name / "frr.conf").read_text() for n in plan.frr_nodes
+            if (base / n.name / "frr.conf").is_file()}
+
+
+# -- writing ------------------------------------------------------------------------
+
+def _refuse(out: Path, why: str) -> RocelabError:
+    return RocelabError(f"{out}: {why}; export into a new or empty directory, or over an earlier "
+                        "rocelab export (nothing was changed)")
+
+
+def earlier_export(out: Path) -> list[Path]:
+    """The files an earlier `rocelab export` left in `out` (its clab file first); [] if empty.
+
+    An earlier export is recognised by its clab file (`<lab>.clab.yml` starting with
+    MARKER) and owns only that file and configs/<node>/{frr.conf, daemons, host.sh,
+    bridge.sh} for the nodes it names. containerlab's own lab directory beside it
+    (`clab-<lab>/`, made by `containerlab deploy`) is left alone. Anything else in `out`
+    is someone else's: RocelabError naming it, and nothing is touched.
+    """
+    if out.exists() and not out.is_dir():
+        raise _refuse(out, "is not a directory")
+    if not out.exists() or not any(out.iterdir()):
+        return []
+    ours = [f for f in sorted(out.glob("*.clab.yml")) if f.is_file() and not f.is_symlink()
+            and _starts_with_marker(f)]
+    if len(ours) != 1:
+        first = sorted(e.name for e in out.iterdir())[0]
+        raise _refuse(out, f"not empty ({first}) and not a rocelab export (no <lab>.clab.yml "
+                      "written by rocelab)" if not ours else "holds more than one rocelab clab file")
+    clab_file = ours[0]
+    try:
+        data = yaml.safe_load(clab_file.read_text())
+        nodes = set(data["topology"]["nodes"])
+        lab = str(data["name"])
+    except (yaml.YAMLError, KeyError, TypeError):
+        raise _refuse(out, f"its {clab_file.name} is not a containerlab topology") from None
+    owned, foreign = [clab_file], []
+    for entry in sorted(out.iterdir()):
+        if entry == clab_file or (entry.name == f"clab-{lab}" and entry.is_dir()
+                                  and not entry.is_symlink()):
+            continue
+        if entry.name != CONFIGS or entry.is_symlink() or not entry.is_dir():
+            foreign.append(entry)
+            continue
+        for node_dir in sorted(entry.iterdir()):
+            if node_dir.name not in nodes or node_dir.is_symlink() or not node_dir.is_dir():
+                foreign.append(node_dir)
+                continue
+            for f in sorted(node_dir.iterdir()):
+                (owned if f.name in NODE_FILES and f.is_file() and not f.is_symlink()
+                 else foreign).append(f)
+    if foreign:
+        raise _refuse(out, f"holds {foreign[0].relative_to(out)}, which no rocelab export wrote")
+    return owned
+
+
+def _starts_with_marker(path: Path) -> bool:
+    try:
+        with path.open() as f:
+            return f.readline().startswith(MARKER)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def write(export: Export, out: Path) -> list[Path]:
+    """Write an export into `out`, which then holds exactly it (and containerlab's own lab
+    directory, if one was there): a new or empty directory is filled, an earlier rocelab
+    export is replaced, and a directory holding anything else is refused untouched."""
+    old = earlier_export(out)
+    for f in old:
+        f.unlink()
+    for d in sorted({f.parent for f in old} - {out}, reverse=True):
+        d.rmdir()  # empty: earlier_export refused anything it did not own
+    if (out / CONFIGS).is_dir():
+        (out / CONFIGS).rmdir()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rel, text in export.files.items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        if rel in export.executable:
+            target.chmod(0o755)
+        written.append(target)
+    return written
