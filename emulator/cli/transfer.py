@@ -75,8 +75,11 @@ def print_transfer(res: dict, dilation: Dilation | None = None) -> None:
                   f"(handoff {res['handoff_s']:.3f} s incl. QP setup); integrity {ok}", soft_wrap=True)
     console.print(f"retransmitted {res['retransmitted_packets']}, NAKs {res['naks_rx']}, "
                   f"timeouts {res['timeouts']}, bad ICRC drops {res['bad_icrc']}")
-    table = Table("QPN", "remote QPN", "UDP sport", "spine", "retransmitted")
+    rails = any(q.get("rail") is not None for q in res["qps"])  # a multi-NIC host: QP i on rail i
+    table = Table("QPN", "remote QPN", "UDP sport", *(["rail"] if rails else []), "uplink",
+                  "retransmitted")
     for q in res["qps"]:
-        table.add_row(hex(q["qpn"]), hex(q["remote_qpn"]), str(q["udp_sport"]), q["spine"],
+        table.add_row(hex(q["qpn"]), hex(q["remote_qpn"]), str(q["udp_sport"]),
+                      *([str(q.get("rail"))] if rails else []), q["spine"] or "-",
                       str(q["retransmitted_packets"]))
     console.print(table)

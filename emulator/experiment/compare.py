@@ -96,6 +96,9 @@ def metrics(fabrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
     spines = list(dict.fromkeys(s for r in runs for s in ((r.get("traffic") or {})
                                                            .get("spine_bytes") or {})))
     out += [f"traffic.spine_bytes.{s}" for s in spines]
+    rails = sorted({k for r in runs for k in ((r.get("traffic") or {}).get("rail_bytes") or {})},
+                   key=int)
+    out += [f"traffic.rail_bytes.{k}" for k in rails]
     out += list(TRAFFIC_ROWS)
     out.append("integrity_ok")
     if any(r.get("link_rate_bps") for r in runs):

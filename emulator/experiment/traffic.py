@@ -7,6 +7,7 @@ here is a function of those recordings and the plan, for results.json's `traffic
     ports        every port's tx/rx bytes and packets during the run
     links        each link's bytes and packets, both directions, and what each end sent
     spine_bytes  bytes each spine sent (every port of it): how the fabric spread the load
+    rail_bytes   rail-optimized hosts: bytes every host NIC on rail k sent, per rail
     bystanders   hosts that are neither the source nor the destination of any flow, and
                  what they received (flooding on a bridged fabric lands here)
     series       switch ports that sent at least ACTIVE_BYTES: cumulative tx bytes over time
@@ -52,6 +53,7 @@ class Traffic(TypedDict):
     links: dict[str, dict[str, Any]]
     spine_bytes: dict[str, int]
     spine_packets: dict[str, int]
+    rail_bytes: dict[str, int]  # "0".."N-1" -> bytes the hosts' NICs on that rail sent
     bystanders: Bystanders
     sample_every_s: float
     series: dict[str, list[Sample]]
@@ -101,6 +103,13 @@ def summarize(plan: Plan, rec: Recording, endpoints: Sequence[tuple[str, str]]) 
                                for p in s.interfaces) for s in spines}
     spine_packets = {s.name: sum(ports.get(port_key(s.name, p.name), zero)["tx_packets"]
                                  for p in s.interfaces) for s in spines}
+    rail_bytes: dict[str, int] = {}
+    for h in plan.hosts:
+        if len(h.addresses) > 1:  # a NIC per rail
+            for p in h.interfaces:
+                key = str(p.rail or 0)
+                rail_bytes[key] = rail_bytes.get(key, 0) + ports.get(port_key(h.name, p.name),
+                                                                     zero)["tx_bytes"]
     quiet = bystanders(plan, endpoints)
     by_host = {h: sum(ports.get(port_key(h, p.name), zero)["rx_bytes"]
                       for p in plan.node(h).interfaces) for h in quiet}
@@ -109,7 +118,7 @@ def summarize(plan: Plan, rec: Recording, endpoints: Sequence[tuple[str, str]]) 
     series = {k: [(float(t), int(v)) for t, v in s] for k, s in sorted(rec["series"].items())
               if ports.get(k, zero)["tx_bytes"] >= ACTIVE_BYTES}
     return {"ports": ports, "links": links, "spine_bytes": spine_bytes,
-            "spine_packets": spine_packets,
+            "spine_packets": spine_packets, "rail_bytes": rail_bytes,
             "bystanders": {"hosts": quiet, "rx_bytes": sum(by_host.values()),
                            "rx_packets": rx_packets, "by_host": by_host},
             "sample_every_s": rec["sample_every_s"], "series": series}

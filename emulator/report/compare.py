@@ -116,6 +116,8 @@ def label_of(metric: str, fabrics: dict[str, Any]) -> str:
     parts = metric.split(".")
     if metric.startswith("traffic.spine_bytes."):
         return f"{parts[-1]} sent"
+    if metric.startswith("traffic.rail_bytes."):
+        return f"rail {parts[-1]} sent (host NICs)"
     if parts[0] == "flows":
         what = {"goodput_bps": "goodput", "fct_s": "FCT", "interruption_s": "interruption",
                 "rx_gap_s": "longest receive gap (engine, per QP)", "handoff_p50_s":
@@ -153,7 +155,7 @@ def fmt(metric: str, v: Any, dilation: Dilation) -> str:
     if last.endswith("_s"):
         real = f" ({data_mod._duration(dilation.real_s(v))} real)" if dilation > 1 else ""
         return f"{v:.3f} s{real}"
-    if "bytes" in last or metric.startswith("traffic.spine_bytes."):
+    if "bytes" in last or metric.startswith(("traffic.spine_bytes.", "traffic.rail_bytes.")):
         return _bytes(v)
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 

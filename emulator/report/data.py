@@ -113,7 +113,17 @@ def load(results: dict[str, Any]) -> ReportData:
         spine_qps=_spine_qps(results), events=results.get("events", []),
         link_bytes=results.get("link_bytes", {}))
     {"experiment": _experiment, "transfer": _transfer, "kv": _kv}[kind](data, results)
+    rails = rail_table(results)
+    if rails:
+        data.tables["traffic per rail"] = rails
     return data
+
+
+def rail_table(results: dict[str, Any]) -> list[list[str]]:
+    """A rail-optimized fabric: what the hosts' NICs on each rail sent ([]: no rails)."""
+    rails = (results.get("traffic") or {}).get("rail_bytes") or {}
+    return [["rail", "bytes sent by host NICs"]] + [
+        [k, f"{rails[k] / 1e6:.1f} MB"] for k in sorted(rails, key=int)] if rails else []
 
 
 def binned(series: list[tuple[float, float]], step: float) -> list[tuple[float, float]]:

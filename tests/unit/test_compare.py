@@ -308,3 +308,22 @@ def test_the_cli_prints_the_rows_a_reader_wants_first(recorded, capsys):
     text = capsys.readouterr().out
     assert "unnum (h3-cmp-unnum)" in text and "interruption (longest, any flow)" in text
     assert "1.076 s" in text and "spine2 sent" in text and "results: out/results.json" in text
+
+
+def test_rail_fabrics_count_bytes_per_rail_and_compare_and_report_them():
+    from emulator.experiment.compare import metrics as compare_metrics
+    from emulator.report.data import rail_table
+    plan = load_topology(TOPOS / "rail-4x8.yaml")[1]
+    zero = dict.fromkeys(traffic.FIELDS, 0)
+    start = {traffic.port_key(n.name, p.name): dict(zero) for n in plan.nodes for p in n.interfaces}
+    end = {k: dict(v) for k, v in start.items()}
+    end["prefill1:eth2"] |= {"tx_bytes": 4_000_000}
+    end["decode1:eth2"] |= {"tx_bytes": 1000}
+    t = traffic.summarize(plan, {"start": start, "end": end, "series": {}, "sample_every_s": 0.1},
+                          [("prefill1", "decode1")])
+    assert t["rail_bytes"] == {"0": 0, "1": 0, "2": 4_001_000, "3": 0}
+    assert "traffic.rail_bytes.2" in compare_metrics({"rail": {"traffic": t}})
+    assert rail_table({"traffic": t})[3] == ["2", "4.0 MB"]
+    single = traffic.summarize(load_topology(TOPOS / "clos-2x4.yaml")[1],
+                               {"start": {}, "end": {}, "series": {}, "sample_every_s": 0.1}, [])
+    assert single["rail_bytes"] == {}
