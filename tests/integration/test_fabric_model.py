@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 
 import pytest
 
@@ -118,3 +119,20 @@ def test_parallel_links_border_leaf_and_l3_hash():
 
         assert len(devs("spine1", "leaf1")) == 1
         assert len(devs("leaf1", "prefill1")) > 1
+
+
+def test_each_port_is_shaped_at_its_own_speed_under_one_dilation(tmp_path):
+    topo = tmp_path / "tiers.yaml"
+    topo.write_text("name: tiers\nspines: 1\nleaves: 2\nhosts: {per_leaf: 1}\n"
+                    "links: {speed: 400G, leaf_spine: {speed: 800G}}\n"
+                    "congestion: {enabled: true, max_link_rate: 100M}\n")
+    with running(str(topo), f"{PREFIX}tiers") as lab:
+        plan = state.lab_plan(lab.name)
+        assert plan.dilation == 8000  # the fastest link, 800G, at 100 Mbit/s
+
+        def rate(node: str, port: str) -> str:  # the port's root HTB class (tc -j omits htb)
+            out = lab.exec(node, "tc", "class", "show", "dev", port).stdout
+            return re.search(r"class htb 1:1 root rate (\S+)", out).group(1)
+
+        assert rate("leaf1", "spine1") == rate("spine1", "leaf2") == "100Mbit"
+        assert rate("leaf1", "prefill1") == rate("prefill1", "eth0") == "50Mbit"  # 400G / 8000
