@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from .. import faults, netns, state
-from ..converge import fib_widths_of
+from ..converge import fib_widths_of, stp_states_of
 from ..errors import RocelabError
 from ..paths import lab_run_dir
 from ..plan import Plan
@@ -79,16 +79,20 @@ def created_at(record: dict[str, Any] | None, run_dir: Path) -> float | None:
     return min(times) if times else None
 
 
-def fib_problems(widths: dict[str, dict[str, int]], expected: dict[str, dict[str, int]]) -> list[str]:
-    """Routers whose FIB differs from what is expected, one line each (pure)."""
+def fib_problems(widths: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]],
+                 bridged: bool = False) -> list[str]:
+    """Routers whose FIB (switches whose STP port states, `bridged`) differ from what is
+    expected, one line each (pure)."""
     out = []
+    missing = None if bridged else 0
     for router, want in expected.items():
         have = widths.get(router, {})
-        bad = {p: have.get(p, 0) for p, w in want.items() if have.get(p, 0) != w}
+        bad = {p: have.get(p, missing) for p, w in want.items() if have.get(p, missing) != w}
         if bad:
             p, w = next(iter(bad.items()))
-            out.append(f"{router}: {len(bad)} host prefixes not at the expected ECMP width "
-                       f"(e.g. {p}: {w}, want {want[p]})")
+            what = ("ports not in the planned STP state" if bridged
+                    else "host prefixes not at the expected ECMP width")
+            out.append(f"{router}: {len(bad)} {what} (e.g. {p}: {w}, want {want[p]})")
     return out
 
 
@@ -131,12 +135,14 @@ def _recorded_faults(lab: str) -> list[faults.Fault]:
 
 
 def _fib(plan: Plan, recorded: list[faults.Fault]) -> list[str]:
-    """Routers whose kernel FIB is not what the plan and the recorded faults require."""
-    expected = faults.expected_fib(plan, dict(faults.after_state(plan, recorded)))
+    """Routers whose kernel FIB (on l2: switches whose bridge port states) is not what the
+    plan and the recorded faults require -- the same target `status` and `fail` use."""
+    expected = faults.expected_forwarding(plan, dict(faults.after_state(plan, recorded)))
     routers = [plan.node(r) for r in expected]
-    pairs = netns.parallel(lambda n: (n.name, fib_widths_of(plan, n)), routers)
-    widths: dict[str, dict[str, int]] = dict(pairs)  # type: ignore[arg-type]
-    return fib_problems(widths, expected)
+    read = fib_widths_of if plan.routed else stp_states_of
+    pairs = netns.parallel(lambda n: (n.name, read(plan, n)), routers)
+    widths: dict[str, dict[str, Any]] = dict(pairs)  # type: ignore[arg-type]
+    return fib_problems(widths, expected, bridged=not plan.routed)
 
 
 def lab_row(lab: str, namespaces: set[str], pids: set[int], now: float) -> LabRow:

@@ -243,3 +243,14 @@ def test_list_json_keys_are_the_documented_ones():
     assert set(labs.LabRow.__annotations__) == {
         "name", "topology", "routers", "hosts", "namespaces", "processes", "faults", "created",
         "age_s", "health", "detail"}
+
+
+def test_bridged_labs_are_judged_by_stp_port_states():
+    expected = {"spine2": {"leaf2": "blocking", "leaf1": "forwarding"}}
+    assert labs.fib_problems({"spine2": {"leaf2": "blocking", "leaf1": "forwarding"}}, expected,
+                             bridged=True) == []
+    problems = labs.fib_problems({"spine2": {"leaf2": "disabled", "leaf1": "forwarding"}},
+                                 expected, bridged=True)
+    assert problems == ["spine2: 1 ports not in the planned STP state "
+                        "(e.g. leaf2: disabled, want blocking)"]
+    assert labs.fib_problems({}, expected, bridged=True)[0].startswith("spine2: 2 ports")
