@@ -19,7 +19,7 @@ from emulator.engine import client
 from emulator.engine.job import Job, Op
 from emulator.paths import node_run_dir
 
-from .conftest import PREFIX, cli, make_lab
+from .conftest import PREFIX, cli, make_lab, poll
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +185,17 @@ def test_evpn_uplink_failure_reroutes_the_underlay(evpn):
     heal = json.loads(cli("heal", evpn.name, "--all", "--json").stdout)
     assert heal["convergence"]["settled"]
     assert evpn.status()["healthy"]
+
+
+def test_list_judges_an_l2_lab_by_its_spanning_tree(l2):
+    def health() -> str:
+        rows = json.loads(cli("list", "--json").stdout)
+        return next(r["health"] for r in rows if r["name"] == l2.name)
+
+    assert health() == "healthy"
+    l2.exec("spine2", "ip", "link", "set", "leaf2", "down")  # behind rocelab's back
+    try:
+        assert health() == "not-converged"
+    finally:
+        l2.exec("spine2", "ip", "link", "set", "leaf2", "up")
+    poll(lambda: health() == "healthy", timeout=30, interval=0.5, what="the tree to settle again")
