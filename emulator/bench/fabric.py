@@ -18,7 +18,7 @@ from .. import lab, state
 from ..plan import Plan
 from ..realize import COMMON_SYSCTLS, ROUTER_SYSCTLS
 
-TARGETS_S = {"clos-2x4": 3.0, "clos-8x16": 8.0}
+TARGETS_S = {"clos-2x4": 3.0, "clos-8x16": 8.0, "clos-3tier": 3.0, "rail-4x8": 3.0}
 ORCHESTRATION_SHARE_MAX = 0.25
 
 
