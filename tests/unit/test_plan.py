@@ -257,3 +257,11 @@ def test_ecmp_hash_sysctls_follow_the_node():
     plan = _plan("topologies/clos-2x4-custom.yaml")
     assert hash_sysctls(plan.node("spine1"))["net/ipv4/fib_multipath_hash_policy"] == "0"
     assert hash_sysctls(plan.node("leaf1"))["net/ipv4/fib_multipath_hash_policy"] == "1"
+
+
+def test_an_mtu_override_changes_only_the_nodes_own_ends():
+    plan = _plan({"name": "x", "overrides": {"leaf1": {"mtu": 4200}, "host": {"mtu": 8000}}})
+    leaf1 = plan.node("leaf1")
+    assert {p.mtu for p in leaf1.interfaces} == {4200}
+    assert plan.node("spine1").interface("leaf1").mtu == 9000  # a mismatch, on purpose
+    assert plan.node("prefill1").interfaces[0].mtu == 8000 and plan.mtu == 8000
