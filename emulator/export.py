@@ -233,7 +233,7 @@ def containerlab(plan: Plan, rendered: render.Rendered, router_image: str = ROUT
     source = Path(plan.source).name if plan.source and not plan.source.startswith("<") else plan.source
     head = [f"{MARKER} of lab {plan.lab} ({source}): {plan.shape()}, fabric {plan.fabric.value}",
             f"# deploy:   sudo containerlab deploy -t {plan.lab}.clab.yml",
-            f"# clabernetes: clabverter --topologyFile {plan.lab}.clab.yml --stdout | kubectl apply -f -",
+            "# clabernetes (here): clabverter --stdout --naming non-prefixed | kubectl apply -f -",
             "# Carries over: topology, addresses, BGP/BFD/EVPN configs, host routes. Not: the",
             "# congestion plane, the RoCE engine, rocelab's tooling (docs/scale.md)."]
     clab_file = f"{plan.lab}.clab.yml"
@@ -241,6 +241,15 @@ def containerlab(plan: Plan, rendered: render.Rendered, router_image: str = ROUT
                                                default_flow_style=False, width=110)
     return Export(lab=plan.lab, clab_file=clab_file, files={clab_file: text, **files},
                   executable=frozenset(executable))
+
+
+def left_behind(plan: Plan) -> list[str]:
+    """What of this topology the export cannot carry (docs/scale.md), for the user to see."""
+    out = []
+    if plan.congestion:
+        out.append(f"the congestion plane (shaping at speed / {float(plan.dilation):g}, ECN, PFC, "
+                   "DCQCN): containers run unshaped")
+    return out
 
 
 def read_frr_configs(plan: Plan) -> dict[str, str]:

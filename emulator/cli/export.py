@@ -46,8 +46,11 @@ def command(topology: str, fmt: str, out: str, templates: str | None, name: str 
     if as_json:
         click.echo(json.dumps({"lab": plan.lab, "format": fmt, "out": str(out),
                                "topology": str(Path(out) / exported.clab_file),
-                               "files": [str(f) for f in files]}, indent=2))
+                               "files": [str(f) for f in files],
+                               "not_exported": export.left_behind(plan)}, indent=2))
         return
     click.echo(f"lab {plan.lab}: wrote {exported.clab_file} and {len(files) - 1} node files to {out} "
                f"({len(plan.routers)} routers, {len(plan.hosts)} hosts, {len(plan.links)} links)")
+    for what in export.left_behind(plan):
+        click.echo(f"not exported: {what}")
     click.echo(f"deploy: cd {out} && sudo containerlab deploy -t {exported.clab_file}")

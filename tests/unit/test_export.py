@@ -275,3 +275,10 @@ def test_the_render_it_exports_is_the_labs():
             assert files[f"configs/{node.name}/host.sh"] == render.host_script(plan, node)
         elif node in plan.frr_nodes:
             assert files[f"configs/{node.name}/frr.conf"] == rendered.files[node.name]["frr.conf"]
+
+
+def test_what_is_left_behind_is_said(tmp_path):
+    res = _cli("export", str(ROOT / "topologies/clos-2x4-cc.yaml"), "-o", str(tmp_path / "cc"))
+    assert res.exit_code == 0 and "not exported: the congestion plane" in res.stdout, res.output
+    _, plan, _ = load_topology(ROOT / "topologies/clos-2x4.yaml")
+    assert export.left_behind(plan) == []
