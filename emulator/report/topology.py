@@ -142,15 +142,20 @@ def _draw(plan: Plan, path: Path, load: dict[tuple[str, str], float] | None, dur
     ax.axis("off")
     fig.suptitle(title or f"lab {plan.lab}", fontsize=12, fontweight="bold")
     ax.set_title(_subtitle(plan), fontsize=9, color="#444444")
-    _legend(fig, ax, util, what, norm)
+    _legend(fig, ax, util, what, norm, {n.role or n.kind.value for n in plan.nodes})
     fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return path
 
 
-def _legend(fig, ax: Axes, util: dict[Link, float] | None, what: str, norm: Normalize) -> None:
+def _legend(fig, ax: Axes, util: dict[Link, float] | None, what: str, norm: Normalize,
+            present: set[str]) -> None:
+    """`present`: the kinds and roles the picture shows (only those get a key)."""
     handles = [Line2D([], [], marker="s", ls="", ms=9, color=c, label=name)
-               for name, c in COLOURS.items()]
+               for name, c in COLOURS.items() if name in present]
+    if present - set(COLOURS):
+        handles.append(Line2D([], [], marker="s", ls="", ms=9, color=OTHER_ROLE,
+                              label="/".join(sorted(present - set(COLOURS)))))
     handles.append(Line2D([], [], color=IDLE, lw=2.5, label="idle link" if util else "link"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), fontsize=8.5,
               ncols=len(handles), frameon=False)
