@@ -83,6 +83,8 @@ def expected_width(plan: Plan, node: Node) -> int:
 def check_fib(plan: Plan) -> CheckResult:
     """Every router's width toward every prefix is what BGP computes over the plan's graph
     (a leaf of a 2-tier Clos: one next hop per spine; a spine: one)."""
+    if user_config(plan):
+        return check_fib_user(plan)
     problems = []
     expected = plan.expected_widths()
     for name, widths in fib_widths(plan).items():
@@ -91,6 +93,38 @@ def check_fib(plan: Plan) -> CheckResult:
             p, (w, want) = next(iter(bad.items()))
             problems.append(f"{name}: {len(bad)} prefixes not at the expected width "
                             f"(e.g. {p}: {w} next hop{'s' if w != 1 else ''}, want {want})")
+    return CheckResult("fib", not problems, problems)
+
+
+# -- labs running the user's own FRR configuration (overrides: frr, frr_configs:) ------------
+# The plan cannot know what widths a user's policy leaves (a route-map that stops a leaf
+# announcing its hosts to one spine halves the others' ECMP toward them), so on such a lab
+# the fib check asks only that every router routes some of them (a policy may withhold a
+# prefix from a router: spine2 above) and that the FIB has held still a while; `reach`
+# still requires every host to answer every other.
+
+USER_STABLE_S = 1.0
+_user_fib: dict[str, tuple[float, float, dict[str, dict[str, int]]]] = {}  # lab -> since, seen, widths
+
+
+def user_config(plan: Plan) -> bool:
+    """Does any router run FRR configuration the user wrote?"""
+    return plan.frr_configs is not None or any(n.frr_snippet for n in plan.frr_nodes)
+
+
+def check_fib_user(plan: Plan) -> CheckResult:
+    """Every router routes at least one of the prefixes the plan says it learns, and no
+    router's widths changed for USER_STABLE_S (successive calls, at most 2 x that apart)."""
+    widths, now = fib_widths(plan), time.monotonic()
+    since, seen, before = _user_fib.get(plan.lab, (now, now, {}))
+    if widths != before or now - seen > 2 * USER_STABLE_S:
+        since = now
+    _user_fib[plan.lab] = (since, now, widths)
+    problems = [f"{name}: none of its {len(ws)} prefixes routed yet"
+                for name, ws in widths.items() if ws and not any(ws.values())]
+    if not problems and now - since < USER_STABLE_S:
+        problems.append(f"your FRR configuration: waiting until the FIB holds still for "
+                        f"{USER_STABLE_S:g} s (last change {now - since:.2f} s ago)")
     return CheckResult("fib", not problems, problems)
 
 

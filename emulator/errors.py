@@ -81,6 +81,19 @@ class HostLimitError(RocelabError):
     exit_code = ExitCode.HOST_LIMIT
 
 
+class FrrConfigError(RocelabError):
+    """FRR refused a line of configuration the user gave (an `overrides: frr` snippet, a
+    `frr_configs:` file, a `--templates` template). Checked before anything exists: a bad
+    file (2). Found by the running daemons: the lab was rolled back (5)."""
+
+    exit_code = ExitCode.BAD_FILE
+
+    def __init__(self, message: str, live: bool = False):
+        super().__init__(message)
+        if live:
+            self.exit_code = ExitCode.REALIZE_FAILED
+
+
 class EngineError(RocelabError):
     """The RoCEv2 engine failed (connection setup, retry limit, integrity)."""
 

@@ -14,16 +14,18 @@ import grp
 import json
 import os
 import pwd
+import re
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from . import netns
-from .errors import RealizeError, RocelabError
+from .errors import FrrConfigError, RealizeError, RocelabError
 from .paths import FRR_BIN_DIR, lab_run_dir, node_run_dir
 from .plan import Node, Plan
-from .render import Rendered, daemons_for
+from .render import Rendered, UserConfig, daemons_for
 from .state import base_env
 
 FRR_USER = "frr"
@@ -58,7 +60,9 @@ def prepare_run_dirs(plan: Plan, rendered: Rendered) -> None:
         d = node_run_dir(plan.lab, node.name)
         d.mkdir(mode=0o755, exist_ok=True)
         os.chown(d, uid, gid)
-        for name, text in rendered.files[node.name].items():
+        texts = dict(rendered.files[node.name])
+        texts.update({u.file: u.text for u in rendered.user.get(node.name, ())})
+        for name, text in texts.items():
             f = d / name
             f.write_text(text)
             os.chown(f, uid, gid)
@@ -140,3 +144,150 @@ def vtysh_json(lab: str, node: str, command: str, daemon: str | None = None) -> 
         return json.loads(out) if out.strip() else {}
     except json.JSONDecodeError:
         raise RocelabError(f"vtysh on {node}: not JSON from {command!r}: {out[:80]!r}") from None
+
+
+# -- the user's own configuration ------------------------------------------------------
+
+_NOISE = re.compile(r"^% \[\w+\] Unknown command: XFRR_|^\s*$")  # vtysh -f's end-of-file chatter
+
+
+def rejected(node: str, what: str, text: str, stdout: str, stderr: str, code: int) -> str:
+    """One line from what `vtysh -f` printed when FRR refused a line of `text`:
+    `leaf1: FRR rejected line 3 of the overrides frr snippet: "route-map X permt 10":
+    % Unknown command`. vtysh names the line on stderr; a daemon that refused a command
+    it parsed says why on stdout."""
+    m = re.search(r"^line (\d+): (.*)$", stderr, re.MULTILINE)
+    said = [ln.strip() for ln in stdout.splitlines() if not _NOISE.match(ln)]
+    if not m:
+        why = (stderr.strip().splitlines() or said or [f"vtysh exit {code}"])[-1]
+        return f"{node}: FRR rejected {what}: {' '.join(why.split())}"
+    n, rest = int(m.group(1)), m.group(2)
+    lines = text.splitlines()
+    line = lines[n - 1].strip() if 0 < n <= len(lines) else ""
+    parsed = re.match(r"(%.*?)\[\d+\]: ", rest)  # % Unknown command[4]: <the line>
+    if parsed:
+        why = parsed.group(1).strip()
+    elif said:  # Failure to communicate[13] to bgpd, line: ... -- bgpd's reason is on stdout
+        why = said[0]
+    else:
+        why = rest
+    return f'{node}: FRR rejected line {n} of {what}: "{line}": {" ".join(why.split())}'
+
+
+def _user_checks(plan: Plan, rendered: Rendered) -> list[tuple[str, UserConfig]]:
+    """What FRR's parser should see before anything exists: every router's user
+    configuration and, with --templates, every daemon file rendered from them."""
+    out = [(name, u) for name, pieces in rendered.user.items() for u in pieces]
+    if rendered.templates:
+        for node in plan.frr_nodes:
+            out += [(node.name, UserConfig(f"{name} (rendered from --templates "
+                                           f"{rendered.templates})", text, name))
+                    for name, text in rendered.files[node.name].items() if name != "frr.conf"]
+    return out
+
+
+def check_user_configs(plan: Plan, rendered: Rendered) -> None:
+    """`vtysh -C` (FRR's own parser, no daemon involved) over the user's configuration:
+    FrrConfigError (exit 2) naming the router, the line and FRR's message, before the
+    first namespace exists. It catches what does not parse; what parses but a daemon
+    refuses (a neighbor that does not exist) is found when it is applied."""
+    checks = _user_checks(plan, rendered)
+    if not checks:
+        return
+
+    def one(item: tuple[str, UserConfig]) -> str | None:
+        node, u = item
+        with tempfile.NamedTemporaryFile("w", prefix="rocelab-", suffix=".conf") as f:
+            f.write(u.text)
+            f.flush()
+            try:
+                res = subprocess.run(["vtysh", "-C", "-f", f.name], capture_output=True,
+                                     text=True, timeout=VTYSH_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                                     env={"PATH": base_env(plan.lab)["PATH"], "LANG": "C.UTF-8"})
+            except FileNotFoundError:
+                raise RocelabError("vtysh is not installed (FRR): run `make setup`") from None
+        return None if res.returncode == 0 else rejected(node, u.what, u.text, res.stdout,
+                                                         res.stderr, res.returncode)
+
+    bad = [m for m in netns.parallel(one, checks) if m]
+    if bad:
+        raise FrrConfigError(str(bad[0]))
+
+
+def _wait_vty(plan: Plan, node: Node, deadline: float) -> None:
+    """Until every daemon of the router has its vty socket (vtysh skips a daemon without)."""
+    d = node_run_dir(plan.lab, node.name)
+    want = [d / f"{daemon}.vty" for daemon in daemons_for(plan, node)]
+    while not all(p.exists() for p in want):
+        if time.monotonic() > deadline:
+            missing = [p.name for p in want if not p.exists()]
+            raise RealizeError(f"{node.name}: no {', '.join(missing)} within "
+                               f"{START_TIMEOUT_S:.0f} s (see {d}/*.out)")
+        time.sleep(0.005)
+
+
+PROMPT = re.compile(r"^[^\s#]+(\([^)]*\))?# (.*)$")  # what `vtysh -E` echoes before each command
+MAX_ARG = 64 * 1024  # bytes per -c argument (Linux: 128 KiB per argument)
+
+
+def config_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of each command in a configuration text: no blanks or comments."""
+    return [(i, ln) for i, ln in enumerate(text.splitlines(), 1)
+            if ln.strip() and not ln.lstrip().startswith(("!", "#"))]
+
+
+def refused_by(node: str, what: str, commands: list[tuple[int, str]], stdout: str,
+               stderr: str, code: int) -> str:
+    """One line from `vtysh -E -c` output: it echoes each command after its prompt and
+    stops at the first one FRR refuses, printing FRR's reason after it."""
+    out = stdout.splitlines()
+    echoed = [i for i, ln in enumerate(out) if PROMPT.match(ln)]
+    said = [ln.strip() for ln in out[echoed[-1] + 1:] if ln.strip()] if echoed else []
+    why = " ".join(" ".join(said + stderr.split()).split()) or f"vtysh exit {code}"
+    k = len(echoed) - 2  # the first echo is `configure terminal`
+    if 0 <= k < len(commands):
+        n, line = commands[k]
+        return f'{node}: FRR rejected line {n} of {what}: "{line.strip()}": {why}'
+    return f"{node}: FRR rejected {what}: {why}"
+
+
+def apply_file(plan: Plan, node: Node, u: UserConfig) -> None:
+    """Apply one piece of user configuration to a running router, command by command
+    (`vtysh -E -c`, not `-f`: a file read brackets the commands in a configuration
+    transaction during which bgpd holds back every peer the file creates, for a second
+    and then its start backoff: ~4 s more before sessions come up). FrrConfigError (live:
+    exit 5) naming the line and FRR's reason at the first command FRR refuses."""
+    commands = config_lines(u.text)
+    if not commands:
+        return
+    argv = ["vtysh", "--vty_socket", str(node_run_dir(plan.lab, node.name)), "-E"]
+    chunk = ["configure terminal"]
+    for _, line in commands:
+        if sum(len(c) + 1 for c in chunk) + len(line) > MAX_ARG:
+            argv += ["-c", "\n".join(chunk)]
+            chunk = []
+        chunk.append(line)
+    argv += ["-c", "\n".join(chunk)]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=VTYSH_TIMEOUT_S,
+                             env=base_env(plan.lab), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise FrrConfigError(f"{node.name}: applying {u.what} did not finish within "
+                             f"{VTYSH_TIMEOUT_S:.0f} s", live=True) from None
+    if res.returncode != 0:
+        raise FrrConfigError(refused_by(node.name, u.what, commands, res.stdout, res.stderr,
+                                        res.returncode), live=True)
+
+
+def apply_user_configs(plan: Plan, rendered: Rendered) -> None:
+    """Once each router's daemons are up, its user configuration in order (a frr_configs
+    file, then the overrides snippet; copies of both are in its run dir, to look at)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+
+    def one(name: str) -> None:
+        node = plan.node(name)
+        _wait_vty(plan, node, deadline)
+        for u in rendered.user[name]:
+            apply_file(plan, node, u)
+
+    netns.parallel(one, sorted(rendered.user))

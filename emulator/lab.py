@@ -50,12 +50,13 @@ def require_root() -> None:
         raise NotRootError("this command needs root (network namespaces, FRR): run it with sudo")
 
 
-def load_topology(source: str | Path | Mapping[str, Any],
-                  name: str | None = None) -> tuple[Topology, Plan, Rendered]:
+def load_topology(source: str | Path | Mapping[str, Any], name: str | None = None,
+                  templates: str | Path | None = None) -> tuple[Topology, Plan, Rendered]:
     """The pure half of `up` (also `render`): validate, plan, render. Touches nothing.
 
     `source` is a topology file, or the same content as a dict (tests that build
     topologies in code); errors then name `<dict>` instead of a file and line.
+    `templates`: a directory of FRR templates that replace ours (render.render).
     """
     from_file = not isinstance(source, Mapping)
     where = str(source) if from_file else "<dict>"
@@ -67,7 +68,14 @@ def load_topology(source: str | Path | Mapping[str, Any],
         expectations.check(topo, plan, where)  # the `validate:` block names real nodes
     except SpecError as e:  # a semantic error: point at its line in the file
         raise (located(e, read_yaml(source)[1]) if from_file else e) from None  # type: ignore[arg-type]
-    return topo, plan, render(plan)
+    return topo, plan, render(plan, templates)
+
+
+def rendered_lab(name: str) -> tuple[Plan, Rendered]:
+    """A running lab's plan and configs, rendered as its `up` rendered them (with the
+    --templates it recorded): what `save` and `export` of a lab start from."""
+    plan = state.lab_plan(name)
+    return plan, render(plan, (state.read(name) or {}).get("templates"))
 
 
 def _claim_run_dir(lab: str) -> None:
@@ -88,9 +96,12 @@ def _refuse_existing(plan: Plan) -> None:
 
 
 def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-       progress: Progress = _quiet, raise_neigh_limit: bool = False) -> UpResult:
-    topo, plan, rendered = load_topology(path, name)  # every config exists before any kernel object
+       progress: Progress = _quiet, raise_neigh_limit: bool = False,
+       templates: str | Path | None = None) -> UpResult:
+    # every config exists before any kernel object
+    topo, plan, rendered = load_topology(path, name, templates)
     require_root()
+    frr.check_user_configs(plan, rendered)  # FRR's parser on the user's own config: exit 2
     _refuse_existing(plan)
     if raise_neigh_limit:  # the one host-wide change, asked for, recorded, undone at the last down
         for fam, value in neighbours.raise_for(plan).items():
@@ -101,7 +112,8 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     source = "<dict>" if isinstance(path, Mapping) else str(Path(path).resolve())
     record: dict[str, Any] = {"lab": plan.lab, "topology": source,
                               "spec": topo.model_dump(mode="json"), "status": "creating",
-                              "namespaces": [n.netns for n in plan.nodes], "daemons": []}
+                              "namespaces": [n.netns for n in plan.nodes], "daemons": [],
+                              "templates": rendered.templates}
     undo = contextlib.ExitStack()
     try:
         _claim_run_dir(plan.lab)
@@ -120,6 +132,10 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         daemons, marks["spawn_cpu_s"] = _start_daemons(plan, rendered, undo, progress)
         record["daemons"] = [d.__dict__ for d in daemons]
         state.write(plan.lab, record)
+        if rendered.user:  # the user's own FRR configuration, once each router's daemons are up
+            n = len(rendered.user)
+            progress(f"applying your FRR configuration on {n} router{'s' if n != 1 else ''}")
+            frr.apply_user_configs(plan, rendered)
         marks["daemons_started"] = time.monotonic()
         converge.wait(plan, timeout_s, progress, marks)
         timings = _timings(marks)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
-from .errors import RocelabError
+from .errors import RocelabError, SpecError
 from .paths import TEMPLATES_DIR, node_run_dir
 from .plan import Homing, Kind, Node, Plan
 
@@ -29,25 +31,58 @@ INTEGRATED = "frr.conf"  # a router's whole configuration in one file (vtysh int
 HOST_SCRIPT = "host.sh"  # a host's addresses and routes as `ip` commands
 
 
+SNIPPET = "the overrides frr snippet"  # how errors name a router's `overrides: frr` text
+SNIPPET_FILE = "overrides.conf"  # ... and the file it is applied from in the router's run dir
+FRR_CONFIGS_FILE = "frr-configs.conf"  # the run dir's copy of the router's frr_configs file
+DAEMONS = ("zebra", "bgpd", "bfdd", "staticd")  # every daemon rocelab may start, in start order
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    """FRR configuration the user wrote for a router, applied with `vtysh -f` once its
+    daemons are up: a `frr_configs:` file (which replaces the rendered configuration)
+    or the `overrides: frr` snippet (after whatever came before)."""
+
+    what: str  # in errors: SNIPPET, or the frr_configs file's absolute path
+    text: str
+    file: str  # its name in the router's run dir
+
+
 @dataclass(frozen=True)
 class Rendered:
-    """Config files per node: {node: {filename: text}}, plus the plan as JSON."""
+    """Config files per node: {node: {filename: text}}, plus the plan as JSON, the user's
+    own configuration per router (in the order it is applied) and the template directory
+    the daemon files came from (None: frr-templates/ only)."""
 
     files: dict[str, dict[str, str]]
     plan_json: str
+    user: dict[str, tuple[UserConfig, ...]] = field(default_factory=dict)
+    templates: str | None = None
 
 
 def daemons_for(plan: Plan, node: Node) -> list[str]:
-    """FRR daemons a node runs, in start order (zebra first: the others connect to it)."""
+    """FRR daemons a node runs, in start order (zebra first: the others connect to it).
+
+    User configuration may need daemons the plan does not: bfdd for a snippet that
+    mentions bfd, staticd for one with `ip route`; a lab with `frr_configs:` runs both
+    on every router (its files may configure anything).
+    """
     if not node.is_router or not plan.routed:  # hosts; an l2 fabric's switches are bridges
         return []
-    return (["zebra", "bgpd"] + (["bfdd"] if node.bfd else [])
-            + (["staticd"] if node.static_routes else []))
+    anything = plan.frr_configs is not None
+    snippet = node.frr_snippet
+    bfd = node.bfd or anything or bool(re.search(r"\bbfd\b", snippet))
+    static = bool(node.static_routes) or anything or bool(
+        re.search(r"^\s*ip(v6)? route ", snippet, re.MULTILINE))
+    return ["zebra", "bgpd"] + (["bfdd"] if bfd else []) + (["staticd"] if static else [])
 
 
-def _environment() -> jinja2.Environment:
+def _environment(templates: Path | None = None) -> jinja2.Environment:
+    loaders = [jinja2.FileSystemLoader(str(TEMPLATES_DIR))]
+    if templates is not None:  # the user's first; a template they lack is ours
+        loaders.insert(0, jinja2.FileSystemLoader(str(templates)))
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -55,17 +90,87 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render(plan: Plan) -> Rendered:
-    env = _environment()
+def template_dir(templates: str | Path) -> Path:
+    """A user template directory, checked: it exists and every *.conf.j2 in it replaces
+    one of ours (a misspelt name would otherwise be silently ignored)."""
+    d = Path(templates).resolve()
+    if not d.is_dir():
+        raise SpecError(str(templates), "--templates", "is not a directory")
+    ours = sorted(p.name for p in TEMPLATES_DIR.glob("*.conf.j2"))
+    for f in sorted(d.glob("*.j2")):
+        if f.name not in ours:
+            raise SpecError(str(f), "--templates", f"replaces no template of ours; ours are "
+                            f"{', '.join(ours)} (frr-templates/)")
+    return d
+
+
+def _render_template(env: jinja2.Environment, daemon: str, ctx: dict[str, Any],
+                     node: Node) -> str:
+    """One daemon's file; a template error is one line naming the file, line and router."""
+    name = f"{daemon}.conf.j2"
+    try:
+        return env.get_template(name).render(ctx)
+    except jinja2.TemplateSyntaxError as e:
+        raise SpecError(e.filename or name, "template", e.message or str(e), e.lineno) from None
+    except jinja2.TemplateError as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.endswith(".j2")]
+        where = frames[-1].filename if frames else name
+        raise SpecError(where, "template", f"rendering {node.name}: {e}",
+                        frames[-1].lineno if frames else None) from None
+
+
+def read_frr_configs(plan: Plan) -> dict[str, tuple[str, str]]:
+    """The topology's `frr_configs:` directory: router -> (path, text) of each
+    <router>/frr.conf it holds (other routers keep their rendered configuration)."""
+    if plan.frr_configs is None:
+        return {}
+    base = Path(plan.frr_configs)
+    if not base.is_dir():
+        raise SpecError(plan.source or "<topology>", "frr_configs", f"{base} is not a directory")
+    out = {}
+    for node in plan.frr_nodes:
+        f = base / node.name / INTEGRATED
+        if f.is_file():
+            try:
+                out[node.name] = (str(f), f.read_text())
+            except (OSError, UnicodeDecodeError) as e:
+                raise SpecError(str(f), "frr_configs", f"cannot read: {e}") from None
+    return out
+
+
+def _replaced(plan: Plan, node: Node, daemon: str, path: str) -> str:
+    """A daemon's start-up file on a router whose whole configuration is a frr_configs file:
+    its name and log only (vtysh -f applies the file once the daemons are up)."""
+    return (f"! {daemon} for {node.name} (lab {plan.lab}) -- rendered by rocelab: the "
+            f"configuration is {path}, applied once the daemons are up\n"
+            f"hostname {node.name}\n"
+            f"log file {node_run_dir(plan.lab, node.name)}/{daemon}.log informational\n!\nend\n")
+
+
+def render(plan: Plan, templates: str | Path | None = None) -> Rendered:
+    """Every node's files. `templates`: a directory whose *.conf.j2 replace ours (the
+    ones it lacks are ours). Routers with a `frr_configs:` file start from nothing but
+    their name and log, and get the file (and any snippet) from vtysh once up."""
+    tdir = template_dir(templates) if templates is not None else None
+    env = _environment(tdir)
+    replaced = read_frr_configs(plan)
     files: dict[str, dict[str, str]] = {}
+    user: dict[str, tuple[UserConfig, ...]] = {}
     for node in plan.nodes:
         ctx = {"plan": plan, "node": node, "rundir": node_run_dir(plan.lab, node.name),
                "ra_interval": RA_INTERVAL_S}
+        own = replaced.get(node.name)
         files[node.name] = {
-            f"{daemon}.conf": env.get_template(f"{daemon}.conf.j2").render(ctx)
+            f"{daemon}.conf": (_replaced(plan, node, daemon, own[0]) if own
+                               else _render_template(env, daemon, ctx, node))
             for daemon in daemons_for(plan, node)
         }
-    out = Rendered(files=files, plan_json=json.dumps(plan.to_json(), indent=2) + "\n")
+        pieces = ([UserConfig(own[0], own[1], FRR_CONFIGS_FILE)] if own else []) + (
+            [UserConfig(SNIPPET, node.frr_snippet, SNIPPET_FILE)] if node.frr_snippet else [])
+        if pieces:
+            user[node.name] = tuple(pieces)
+    out = Rendered(files=files, plan_json=json.dumps(plan.to_json(), indent=2) + "\n",
+                   user=user, templates=str(tdir) if tdir else None)
     for node in plan.nodes:
         if files[node.name]:
             files[node.name][INTEGRATED] = integrated_config(plan, out, node.name)
@@ -75,8 +180,7 @@ def render(plan: Plan) -> Rendered:
 
 
 # Every file `write` puts in a node's directory; only these (and plan.json) are ever replaced.
-RENDERED_CONFS = frozenset({f"{daemon}.conf" for daemon in ("zebra", "bgpd", "bfdd", "staticd")}
-                           | {INTEGRATED, HOST_SCRIPT})
+RENDERED_CONFS = frozenset({f"{daemon}.conf" for daemon in DAEMONS} | {INTEGRATED, HOST_SCRIPT})
 
 # Lines each daemon's file repeats (or that only make sense per daemon): the integrated
 # file says them once, at its top, or not at all (log files live in the lab's run dir).
@@ -111,9 +215,16 @@ def integrated_config(plan: Plan, rendered: Rendered, node_name: str) -> str:
     interface carrying its address (rocelab sets addresses through netlink; a
     real device needs them from zebra), then every daemon's configuration in
     start order without the lines each one repeats, then the node's `overrides`
-    frr snippet, then `end`. Pure: rendered text in, text out.
+    frr snippet, then `end`. A router with a `frr_configs:` file: that file, then
+    the snippet. Pure: rendered text in, text out.
     """
     node = plan.node(node_name)
+    own = next((u for u in rendered.user.get(node_name, ()) if u.file == FRR_CONFIGS_FILE), None)
+    if own is not None:  # the user's file is the whole configuration; the snippet still follows
+        body = own.text.rstrip("\n").splitlines()
+        while body and body[-1].strip() in ("end", "!", ""):
+            body.pop()
+        return "\n".join(body + _snippet(node) + ["end"]) + "\n"
     files = rendered.files.get(node_name, {})
     lines = [f"! {node.name} (lab {plan.lab}) -- rendered by rocelab: the whole FRR "
              "configuration of this router", f"frr version {FRR_VERSION}",
@@ -134,10 +245,14 @@ def integrated_config(plan: Plan, rendered: Rendered, node_name: str) -> str:
             lines += [f"interface {name}", *stanza, "exit", "!"]
     for body in bodies:
         lines += _squeeze(body)
-    if node.frr_snippet:
-        lines += ["! overrides: frr (the topology's own configuration for this router)",
-                  *node.frr_snippet.rstrip("\n").splitlines(), "!"]
-    return "\n".join(lines + ["end"]) + "\n"
+    return "\n".join(lines + _snippet(node) + ["end"]) + "\n"
+
+
+def _snippet(node: Node) -> list[str]:
+    if not node.frr_snippet:
+        return []
+    return ["! overrides: frr (the topology's own configuration for this router)",
+            *node.frr_snippet.rstrip("\n").splitlines(), "!"]
 
 
 def _squeeze(lines: list[str]) -> list[str]:

@@ -14,8 +14,11 @@ from .. import lab, neighbours, render
               help="Directory for plan.json, <router>/<daemon>.conf and frr.conf, <host>/host.sh: "
                    "new, empty, or an earlier render (replaced). Anything else is refused.")
 @click.option("--name", help="Lab name (default: the file's `name:`).")
+@click.option("--templates", type=click.Path(exists=True, file_okay=False),
+              help="A directory of FRR templates (*.conf.j2) that replace rocelab's; the ones "
+                   "it lacks are rocelab's.")
 @click.option("--json", "as_json", is_flag=True, help="The files written, as JSON.")
-def command(topology: str, out: str, name: str | None, as_json: bool) -> None:
+def command(topology: str, out: str, name: str | None, templates: str | None, as_json: bool) -> None:
     """Write every node's config and the resolved plan (JSON). No root needed.
 
     Each router gets its daemons' files and one integrated frr.conf (vtysh format,
@@ -28,7 +31,7 @@ def command(topology: str, out: str, name: str | None, as_json: bool) -> None:
 
     Example: rocelab render topologies/clos-2x4.yaml -o /tmp/clos
     """
-    _, plan, rendered = lab.load_topology(topology, name)
+    _, plan, rendered = lab.load_topology(topology, name, templates)
     files = render.write(rendered, Path(out))
     need, limit = neighbours.needed(plan), neighbours.limits()
     if as_json:

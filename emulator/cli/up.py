@@ -26,8 +26,11 @@ from .validate import print_checks
               help="If the lab would overflow the host's neighbour tables (gc_thresh3, shared "
                    "by every namespace), raise the limit instead of refusing (exit 12); the "
                    "original is recorded and restored when the last lab is down.")
+@click.option("--templates", type=click.Path(exists=True, file_okay=False),
+              help="A directory of FRR templates (*.conf.j2, named as in frr-templates/) that "
+                   "replace rocelab's; the ones it lacks are rocelab's. Recorded with the lab.")
 def command(topology: str, name: str | None, timeout: float, as_json: bool, run_checks: bool,
-            raise_neigh_limit: bool) -> None:
+            raise_neigh_limit: bool, templates: str | None) -> None:
     """Build a lab from TOPOLOGY and return once it has converged.
 
     Example: rocelab up topologies/clos-2x4.yaml
@@ -35,7 +38,7 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool, run_
     interrupt_on_sigterm()
     with progress(f"up {topology}") as update:
         result = lab.up(topology, name=name, timeout_s=timeout, progress=update,
-                        raise_neigh_limit=raise_neigh_limit)
+                        raise_neigh_limit=raise_neigh_limit, templates=templates)
     p, t = result.plan, result.timings
     checks = validate_lab(p, state.lab_topology(p.lab)) if run_checks else None
     if as_json:

@@ -57,9 +57,9 @@ class Case:
         return pytest.param(self, id=" ".join(self.args).replace(str(ROOT) + "/", ""))
 
 
-def lab(args: str, code: int, **kw) -> Case:
+def lab(args: str | list[str], code: int, **kw) -> Case:
     """A case on a lab (NOLAB or FAKE): the command checks for root before it looks."""
-    return Case(args.split(), code, after_root=True, **kw)
+    return Case(args.split() if isinstance(args, str) else args, code, after_root=True, **kw)
 
 
 def cli(args: str | list[str], code: int, **kw) -> Case:
@@ -78,6 +78,7 @@ CASES = [
     cli(["up", "/nonexistent/topology.yaml", "--timeout", "-5"], USAGE),
     cli(["up", "/nonexistent/topology.yaml", "--timeout", "soon"], USAGE),
     cli(["up", "/nonexistent/topology.yaml", "--tiemout", "5"], USAGE),
+    cli(["up", TOPO, "--templates", "/nonexistent/templates"], USAGE),
     # down
     cli("down", USAGE),
     cli(f"down {NOLAB} --all", USAGE),
@@ -103,6 +104,12 @@ CASES = [
     cli(["render", TOPO, "-o", "{foreign_dir}"], ERROR),
     cli(["render", TOPO, "-o", "{list_yaml}"], USAGE),  # a file
     cli(["render", TOPO, "-o", "{tmp}/r", "--nmae", "x"], USAGE),
+    cli(["render", TOPO, "-o", "{tmp}/r", "--templates", "/nonexistent/templates"], USAGE),
+    # save (a running lab's configs): the directory is checked before any router is asked
+    lab(f"save {NOLAB} -o /nonexistent/s", NOT_FOUND),
+    cli(f"save {FAKE}", USAGE),  # -o is required
+    lab(["save", FAKE, "-o", "{foreign_dir}"], ERROR),
+    cli(["save", FAKE, "-o", "{list_yaml}"], USAGE),  # a file
     # export (no root)
     cli(["export", "/nonexistent/topology.yaml", "-o", "{tmp}/x"], BAD_FILE),
     cli(["export", TOPO], USAGE),

@@ -114,3 +114,143 @@ def test_l2_switches_get_no_frr_conf():
     _, plan, r = rendered("l2-2x4")
     assert all(r.files[n.name] == {} for n in plan.routers)
     assert all("host.sh" in r.files[h.name] for h in plan.hosts)
+
+
+# -- --templates ------------------------------------------------------------------------
+
+SHIPPED = ROOT / "frr-templates"
+
+
+def test_a_template_directory_replaces_ours_and_the_rest_are_ours(tmp_path):
+    (tmp_path / "bgpd.conf.j2").write_text(
+        (SHIPPED / "bgpd.conf.j2").read_text().replace(" coalesce-time 0\n", " coalesce-time 7\n"))
+    _, plan, ours = rendered("clos-2x4")
+    mine = render.render(plan, tmp_path)
+    assert " coalesce-time 7\n" in mine.files["leaf1"]["bgpd.conf"]
+    assert " coalesce-time 7\n" in mine.files["leaf1"]["frr.conf"]
+    assert mine.files["leaf1"]["zebra.conf"] == ours.files["leaf1"]["zebra.conf"]  # ours
+    assert mine.templates == str(tmp_path.resolve()) and ours.templates is None
+    assert load_topology(ROOT / "topologies/clos-2x4.yaml", templates=tmp_path)[2] == mine
+
+
+@pytest.mark.parametrize("text, words", [
+    ("router bgp {{ node.asn }\n", ["bgpd.conf.j2: line 1: template: unexpected '}'"]),
+    ("hostname x\nrouter bgp {{ node.nosuch }}\n",
+     ["bgpd.conf.j2: line 2: template: rendering spine1:", "nosuch"]),
+])
+def test_a_broken_template_is_one_line_naming_file_and_line(tmp_path, text, words):
+    from emulator.errors import SpecError
+
+    (tmp_path / "bgpd.conf.j2").write_text(text)
+    _, plan, _ = rendered("clos-2x4")
+    with pytest.raises(SpecError) as e:
+        render.render(plan, tmp_path)
+    assert "\n" not in str(e.value) and e.value.exit_code == 2
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_a_template_that_replaces_nothing_is_refused(tmp_path):
+    from emulator.errors import SpecError
+
+    (tmp_path / "bgp.conf.j2").write_text("hostname x\n")
+    _, plan, _ = rendered("clos-2x4")
+    with pytest.raises(SpecError, match="bgp.conf.j2: --templates: replaces no template of ours"):
+        render.render(plan, tmp_path)
+    with pytest.raises(SpecError, match="is not a directory"):
+        render.render(plan, tmp_path / "nope")
+
+
+def test_render_cli_takes_templates(tmp_path):
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "bgpd.conf.j2").write_text("router bgp {{ node.asn }\n")
+    res = CliRunner().invoke(main, ["render", str(ROOT / "topologies/clos-2x4.yaml"), "-o",
+                                    str(tmp_path / "out"), "--templates", str(tmp_path / "t")])
+    assert res.exit_code == 2 and "unexpected '}'" in res.stderr
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+# -- snippets, frr_configs ---------------------------------------------------------------
+
+def _topo(tmp_path, **extra) -> Path:
+    import yaml
+
+    data = {"name": "mine", "spines": 2, "leaves": 2} | extra
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    return tmp_path / "t.yaml"
+
+
+def test_snippets_are_user_configs_and_start_the_daemons_they_need(tmp_path):
+    _, plan, r = load_topology(_topo(tmp_path, overrides={
+        "leaf1": {"frr": "ip route 10.9.0.0/24 10.2.0.1\n"},
+        "leaf2": {"frr": "bfd\n profile slow\n exit\nexit\n"}}))
+    assert render.daemons_for(plan, plan.node("leaf1")) == ["zebra", "bgpd", "staticd"]
+    assert render.daemons_for(plan, plan.node("leaf2")) == ["zebra", "bgpd", "bfdd"]
+    assert render.daemons_for(plan, plan.node("spine1")) == ["zebra", "bgpd"]
+    assert r.user["leaf1"] == (render.UserConfig(render.SNIPPET, "ip route 10.9.0.0/24 10.2.0.1\n",
+                                                 render.SNIPPET_FILE),)
+    assert "spine1" not in r.user
+
+
+def test_frr_configs_replace_a_routers_whole_configuration(tmp_path):
+    (tmp_path / "saved" / "leaf1").mkdir(parents=True)
+    mine = "frr version 8.4.4\nhostname leaf1\nrouter bgp 65101\nexit\n!\nend\n"
+    (tmp_path / "saved" / "leaf1" / "frr.conf").write_text(mine)
+    (tmp_path / "saved" / "notarouter").mkdir()
+    _, plan, r = load_topology(_topo(tmp_path, frr_configs="saved",
+                                     overrides={"leaf1": {"frr": "route-map A permit 10"}}))
+    path = str(tmp_path / "saved" / "leaf1" / "frr.conf")
+    assert [u.what for u in r.user["leaf1"]] == [path, render.SNIPPET]  # the file, then the snippet
+    assert r.user["leaf1"][0].file == render.FRR_CONFIGS_FILE
+    for daemon in ("zebra", "bgpd", "bfdd", "staticd"):  # frr_configs: every daemon, configs minimal
+        text = r.files["leaf1"][f"{daemon}.conf"]
+        assert "router bgp" not in text and path in text and "hostname leaf1" in text
+    assert r.files["leaf1"]["frr.conf"] == ("frr version 8.4.4\nhostname leaf1\nrouter bgp 65101\n"
+                                            "exit\n! overrides: frr (the topology's own configuration "
+                                            "for this router)\nroute-map A permit 10\n!\nend\n")
+    assert "router bgp 65102" in r.files["leaf2"]["bgpd.conf"]  # no file: rendered as ever
+    assert "leaf2" not in r.user
+
+
+def test_a_missing_frr_configs_directory_is_a_bad_file(tmp_path):
+    from emulator.errors import SpecError
+
+    with pytest.raises(SpecError, match="frr_configs: .*saved is not a directory"):
+        load_topology(_topo(tmp_path, frr_configs="saved"))
+
+
+# -- what FRR says, in one line --------------------------------------------------------------
+
+def test_rejected_from_a_dry_run():
+    from emulator.frr import rejected
+
+    text = "ip prefix-list P seq 10 permit 10.2.0.0/24\nroute-map X permt 10\n"
+    msg = rejected("leaf1", render.SNIPPET, text, "",
+                   "line 2: % Unknown command[59]: route-map X permt 10\n", 2)
+    assert msg == ('leaf1: FRR rejected line 2 of the overrides frr snippet: '
+                   '"route-map X permt 10": % Unknown command')
+    msg = rejected("leaf1", "/x/frr.conf", "router bgp 65999\n",
+                   "BGP is already running; AS is 65101\n% [ZEBRA] Unknown command: "
+                   "XFRR_end_configuration\n",
+                   "line 1: Failure to communicate[13] to bgpd, line: router bgp 65999\n", 2)
+    assert msg.endswith('line 1 of /x/frr.conf: "router bgp 65999": BGP is already running; '
+                        'AS is 65101')
+
+
+def test_refused_by_names_the_line_vtysh_stopped_at():
+    from emulator.frr import config_lines, refused_by
+
+    text = "! mine\nroute-map A permit 10\nexit\n\nrouter bgp 65102\n neighbor nosuch route-map A out\n"
+    commands = config_lines(text)
+    assert [n for n, _ in commands] == [2, 3, 5, 6]
+    out = ("vm# configure terminal\nvm(config)# route-map A permit 10\nvm(config-route-map)# exit\n"
+           "vm(config)# router bgp 65102\nvm(config-router)#  neighbor nosuch route-map A out\n"
+           "% Specify remote-as or peer-group commands first\n")
+    assert refused_by("leaf2", render.SNIPPET, commands, out, "", 1) == (
+        'leaf2: FRR rejected line 6 of the overrides frr snippet: "neighbor nosuch route-map A '
+        'out": % Specify remote-as or peer-group commands first')
+
