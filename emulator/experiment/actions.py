@@ -1,7 +1,7 @@
 """Actions on an experiment's timeline: ECN off on a switch, a host that stops
-draining, a DCQCN profile change, a fault, and the L2 demos' own: a broadcast
-burst, a bystander churning MAC tables, STP off (a loop). Each is recorded with
-its time."""
+draining, a DCQCN profile change, a fault, vtysh commands on a router (a BGP drain,
+a policy change), and the L2 demos' own: a broadcast burst, a bystander churning
+MAC tables, STP off (a loop). Each is recorded with its time."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..errors import RocelabError
 from ..plan import Kind, Node, Plan
 from ..spec import FabricMode
 from ..state import kill_pids
+from ..tools import vtysh
 from ..units import parse_duration
 from .spec import Action
 
@@ -32,7 +33,15 @@ def apply(plan: Plan, action: Action) -> dict[str, Any]:
         client.set_dcqcn(plan, plan.node(args["host"]), args["profile"])
     elif kind == "fault":
         return {"kind": kind, **faults.apply(plan, dict(args))}
+    elif kind == "vtysh":
+        t = time.monotonic()
+        out = vtysh.run(plan, args["node"], args["commands"])
+        return {"kind": kind, **args, "duration_s": round(time.monotonic() - t, 4),
+                "output": out[-VTYSH_OUTPUT_CHARS:]}
     return {"kind": kind, **args}
+
+
+VTYSH_OUTPUT_CHARS = 2000  # of what a vtysh action printed, kept in its event (the end)
 
 
 SETTLE_COUNTERS_S = 0.2  # after a burst, before reading what it caused

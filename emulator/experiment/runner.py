@@ -299,6 +299,10 @@ def check(exp: Experiment, plan: Plan) -> None:
                                "`congestion: enabled: true` (every port shaped)")
         if a.kind == "fault":
             _fault_target(plan, args, f"actions.{i}.fault")
+        if a.kind == "vtysh" and args["node"] not in {n.name for n in plan.frr_nodes}:
+            routers = ", ".join(n.name for n in plan.frr_nodes) or "none: fabric l2 runs no FRR"
+            raise RocelabError(f"actions.{i}.vtysh.node: no router running FRR named "
+                               f"{args['node']!r}; routers: {routers}")
     needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
     if needs_cc and plan.congestion is None:
         raise RocelabError(f"experiment {exp.name}: actions {', '.join(needs_cc)} need a topology "

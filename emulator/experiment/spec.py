@@ -107,7 +107,23 @@ class Churn(Strict):
                         "fills it before anything else is learned.")
 
 
-ACTION_KINDS = ("ecn", "drain", "dcqcn", "fault", "stp", "broadcast", "churn")
+class Vtysh(Strict):
+    node: str = Field(description="A router running FRR (not a host, not an l2 switch).")
+    commands: list[str] = Field(
+        description="vtysh commands run in order in one session, as `rocelab vtysh -c` runs "
+        "them (a configuration change starts with `configure terminal`); one string: its lines")
+
+    @field_validator("commands", mode="before")
+    @classmethod
+    def _commands(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [ln for ln in v.splitlines() if ln.strip()]
+        if isinstance(v, list) and (not v or any(isinstance(c, str) and not c.strip() for c in v)):
+            raise ValueError("give at least one command, none of them empty")
+        return v
+
+
+ACTION_KINDS = ("ecn", "drain", "dcqcn", "fault", "stp", "broadcast", "churn", "vtysh")
 
 
 class Action(Strict):
@@ -123,6 +139,8 @@ class Action(Strict):
                                         "its leaf sent upstream")
     churn: Churn | None = Field(None, description="{host: decode4, macs: 64, pps: 1000}: a "
                                 "bystander keeping MAC tables full")
+    vtysh: Vtysh | None = Field(None, description="{node: spine1, commands: [configure terminal, "
+                                "router bgp 65000, bgp graceful-shutdown]}: the router's own FRR")
 
     @field_validator("ecn", "drain", "dcqcn")
     @classmethod
