@@ -53,10 +53,11 @@ class Lab:
     @contextmanager
     def up(cls, topology: str | Path | Mapping[str, Any], name: str | None = None, *,
            timeout_s: float = lab.DEFAULT_TIMEOUT_S, keep: bool = False,
-           progress: Progress | None = None) -> Iterator[Lab]:
-        """Bring a lab up (converged) for the `with` block; down afterwards unless `keep`."""
+           progress: Progress | None = None, templates: str | Path | None = None) -> Iterator[Lab]:
+        """Bring a lab up (converged) for the `with` block; down afterwards unless `keep`.
+        `templates`: a directory of FRR templates before rocelab's (`up --templates`)."""
         result = lab.up(topology, name=name, timeout_s=timeout_s,
-                        progress=progress or (lambda _: None))
+                        progress=progress or (lambda _: None), templates=templates)
         try:
             yield cls(result.plan.lab)
         finally:
