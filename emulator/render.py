@@ -39,9 +39,9 @@ DAEMONS = ("zebra", "bgpd", "bfdd", "staticd")  # every daemon rocelab may start
 
 @dataclass(frozen=True)
 class UserConfig:
-    """FRR configuration the user wrote for a router, applied with `vtysh -f` once its
-    daemons are up: a `frr_configs:` file (which replaces the rendered configuration)
-    or the `overrides: frr` snippet (after whatever came before)."""
+    """FRR configuration the user wrote for a router, applied through vtysh once its
+    daemons are up (frr.apply_file): a `frr_configs:` file (which replaces the rendered
+    configuration) or the `overrides: frr` snippet (after whatever came before)."""
 
     what: str  # in errors: SNIPPET, or the frr_configs file's absolute path
     text: str
