@@ -27,12 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import yaml
 
 from . import render
 from .errors import RocelabError
-from .paths import TEMPLATES_DIR, node_run_dir
 from .plan import Kind, Node, Plan
 from .spec import EcmpHash, FabricMode
 
@@ -129,35 +127,6 @@ def bridge_script(plan: Plan, node: Node) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- rendering (optionally from the user's templates) ----------------------------
-
-def render_with(plan: Plan, templates: Path | None = None) -> render.Rendered:
-    """The lab's render, or one whose FRR templates come from `templates` first (a directory
-    of *.conf.j2 named as in frr-templates/; a template it lacks comes from frr-templates/)."""
-    if templates is None:
-        return render.render(plan)
-    env = jinja2.Environment(
-        loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(templates)),
-                                    jinja2.FileSystemLoader(str(TEMPLATES_DIR))]),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True)
-    files: dict[str, dict[str, str]] = {}
-    for node in plan.nodes:
-        ctx = {"plan": plan, "node": node, "rundir": node_run_dir(plan.lab, node.name),
-               "ra_interval": render.RA_INTERVAL_S}
-        try:
-            files[node.name] = {f"{d}.conf": env.get_template(f"{d}.conf.j2").render(ctx)
-                                for d in render.daemons_for(plan, node)}
-        except jinja2.TemplateError as e:
-            where = f"{getattr(e, 'filename', None) or templates}"
-            raise RocelabError(f"{where}: {node.name}: {e}") from None
-    base = render.render(plan)  # plan.json, and the integrated files rebuilt below
-    out = render.Rendered(files=files, plan_json=base.plan_json)
-    for node in plan.frr_nodes:
-        files[node.name]["frr.conf"] = render.integrated_config(plan, out, node.name)
-    return out
-
-
 # -- the containerlab topology ----------------------------------------------------
 
 class _Flow(list[str]):
@@ -177,9 +146,9 @@ _Dumper.add_representer(_Flow, _flow)
 
 
 def containerlab(plan: Plan, rendered: render.Rendered, router_image: str = ROUTER_IMAGE,
-                 host_image: str = HOST_IMAGE, frr_configs: dict[str, str] | None = None) -> Export:
-    """The lab as a containerlab topology and the files its nodes bind. `frr_configs`:
-    routers' frr.conf that replace the rendered one (the topology's `frr_configs:`)."""
+                 host_image: str = HOST_IMAGE) -> Export:
+    """The lab as a containerlab topology and the files its nodes bind (a router's frr.conf:
+    the rendered one, or its `frr_configs:` file with any snippet, as render made it)."""
     files: dict[str, str] = {}
     executable: set[str] = set()
     nodes: dict[str, dict[str, Any]] = {}
@@ -201,8 +170,7 @@ def containerlab(plan: Plan, rendered: render.Rendered, router_image: str = ROUT
         run: list[str] = []
         if node.name in frr:
             entry["image"] = router_image
-            conf = (frr_configs or {}).get(node.name) or rendered.files[node.name]["frr.conf"]
-            files[f"{d}/frr.conf"] = conf
+            files[f"{d}/frr.conf"] = rendered.files[node.name]["frr.conf"]
             files[f"{d}/daemons"] = daemons_file(plan, node)
             binds += [f"{d}/frr.conf:/etc/frr/frr.conf", f"{d}/daemons:/etc/frr/daemons"]
         elif node.is_router:
@@ -250,17 +218,6 @@ def left_behind(plan: Plan) -> list[str]:
         out.append(f"the congestion plane (shaping at speed / {float(plan.dilation):g}, ECN, PFC, "
                    "DCQCN): containers run unshaped")
     return out
-
-
-def read_frr_configs(plan: Plan) -> dict[str, str]:
-    """The topology's `frr_configs:` directory: <router>/frr.conf for the routers it holds."""
-    if not plan.frr_configs:
-        return {}
-    base = Path(plan.frr_configs)
-    if not base.is_dir():
-        raise RocelabError(f"{base}: frr_configs is not a directory")
-    return {n.name: (base / n.name / "frr.conf").read_text() for n in plan.frr_nodes
-            if (base / n.name / "frr.conf").is_file()}
 
 
 # -- writing ------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .. import export, lab
+from .. import export, lab, render
 
 
 @click.command("export")
@@ -39,9 +39,8 @@ def command(topology: str, fmt: str, out: str, templates: str | None, name: str 
     """
     _, plan, rendered = lab.load_topology(topology, name)
     if templates:
-        rendered = export.render_with(plan, Path(templates))
-    exported = export.containerlab(plan, rendered, router_image=router_image, host_image=host_image,
-                                   frr_configs=export.read_frr_configs(plan))
+        rendered = render.render(plan, templates)
+    exported = export.containerlab(plan, rendered, router_image=router_image, host_image=host_image)
     files = export.write(exported, Path(out))
     if as_json:
         click.echo(json.dumps({"lab": plan.lab, "format": fmt, "out": str(out),

@@ -182,12 +182,12 @@ def test_golden_export_of_clos_2x4(golden):
 
 def test_templates_come_first_and_the_shipped_ones_fill_in(tmp_path):
     _, plan, rendered = load_topology(ROOT / "topologies/clos-2x4.yaml")
-    same = export.render_with(plan, ROOT / "frr-templates")
+    same = render.render(plan, ROOT / "frr-templates")
     assert {n: f["frr.conf"] for n, f in same.files.items() if "frr.conf" in f} == \
         {n: f["frr.conf"] for n, f in rendered.files.items() if "frr.conf" in f}
     shipped = (ROOT / "frr-templates/bgpd.conf.j2").read_text()
     (tmp_path / "bgpd.conf.j2").write_text(shipped.replace(" coalesce-time 0\n", " coalesce-time 7\n"))
-    mine = export.render_with(plan, tmp_path)
+    mine = render.render(plan, tmp_path)
     assert " coalesce-time 7\n" in mine.files["leaf1"]["frr.conf"]
     assert "no zebra nexthop kernel enable" in mine.files["leaf1"]["frr.conf"]  # zebra's, shipped
 
@@ -196,7 +196,7 @@ def test_a_broken_template_is_one_error_naming_it(tmp_path):
     _, plan, _ = load_topology(ROOT / "topologies/clos-2x4.yaml")
     (tmp_path / "bgpd.conf.j2").write_text("router bgp {{ node.no_such_field }}\n")
     with pytest.raises(RocelabError, match="no_such_field"):
-        export.render_with(plan, tmp_path)
+        render.render(plan, tmp_path)
 
 
 def test_frr_configs_replace_the_rendered_frr_conf(tmp_path):
@@ -205,8 +205,8 @@ def test_frr_configs_replace_the_rendered_frr_conf(tmp_path):
     (tmp_path / "saved/leaf1/frr.conf").write_text("hostname leaf1\n! saved\n")
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(topo))
     _, plan, rendered = load_topology(tmp_path / "t.yaml")
-    files = export.containerlab(plan, rendered, frr_configs=export.read_frr_configs(plan)).files
-    assert files["configs/leaf1/frr.conf"] == "hostname leaf1\n! saved\n"
+    files = export.containerlab(plan, rendered).files
+    assert files["configs/leaf1/frr.conf"] == "hostname leaf1\n! saved\nend\n"  # as saved, closed
     assert files["configs/leaf2/frr.conf"] == rendered.files["leaf2"]["frr.conf"]
 
 
