@@ -118,6 +118,21 @@ class FibWatcher:
                     self._sample(name)
                 next_full = time.monotonic() + RESAMPLE_S
 
+    def wait_quiet(self, since: float, quiet_s: float, timeout_s: float) -> None:
+        """Block until no router's FIB has changed for `quiet_s` (counting from `since`):
+        the target on a lab running the user's own FRR policy, whose widths the plan
+        cannot predict."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                last = max([since] + [t for t, _, _ in self.samples])
+                if time.monotonic() - last >= quiet_s:
+                    return
+                if time.monotonic() > deadline:
+                    raise ConvergeTimeout(f"lab {self.plan.lab}: the FIB kept changing for "
+                                          f"{timeout_s:.0f} s")
+                self._changed.wait(0.05)
+
     def wait_for(self, expected: Widths, timeout_s: float) -> None:
         """Block until the FIB matches `expected` (`convergence` says when it did)."""
         deadline = time.monotonic() + timeout_s
@@ -146,6 +161,10 @@ def settle(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: floa
         silent = [Fault.from_json(r) for r in event["healed"] if r.get("silent")]
         converge.wait_heard(plan, [link for f in silent for link in links_of(plan, f)],
                             event["monotonic"], timeout_s)
+    if converge.user_config(plan):
+        watch.wait_quiet(event["monotonic"], converge.USER_STABLE_S,
+                         max(0.0, deadline - time.monotonic()))
+        return
     watch.wait_for(expected_forwarding(plan, event["after"]),
                    max(0.0, deadline - time.monotonic()))
 
@@ -205,12 +224,13 @@ def convergence(samples: list[Sample], event: dict[str, Any], plan: Plan,
     (0.0 if they already did; None if never, within `until`).
     """
     t0 = event["monotonic"]
+    user = converge.user_config(plan)  # the user's policy: settled = the last change
     expected = expected_forwarding(plan, event["after"])
     state: Widths = {}
     for t, r, w in samples:
         if t <= t0:
             state[r] = w
-    settled = t0 if _matches(state, expected) else None
+    settled = t0 if user or _matches(state, expected) else None
     first, changed = None, set()
     for t, r, w in samples:
         if t <= t0 or (until is not None and t > until):
@@ -218,6 +238,9 @@ def convergence(samples: list[Sample], event: dict[str, Any], plan: Plan,
         first = first if first is not None else t
         changed.add(r)
         state[r] = w
+        if user:
+            settled = t
+            continue
         ok = _matches(state, expected)
         settled = (settled or t) if ok else None
     return {"event": event.get("name", event.get("target")), "action": event["action"],

@@ -94,6 +94,29 @@ def test_a_snippet_changes_the_fib_as_its_policy_says(policy):
     assert "neighbor spine2 route-map TO-SPINE2 out" in (run_dir / "frr.conf").read_text()
 
 
+def test_status_list_fail_and_heal_accept_the_users_policy(policy):
+    st = policy.status()  # the plan would want width 2 toward leaf1's hosts: the policy says 1
+    assert st["user_config"] and st["converged"] and st["healthy"], st
+    rows = json.loads(cli("list", "--json").stdout)
+    assert next(r["health"] for r in rows if r["name"] == policy.name) == "healthy"
+    out = cli("fail", policy.name, "link", "leaf2", "spine1", "--json")  # settles, not a timeout
+    assert json.loads(out.stdout)["convergence"]["settled"]
+    assert width(policy.name, "leaf2", LEAF1_HOSTS[0]) == 0  # spine1 was its only way there
+    cli("heal", policy.name, "--all")
+    assert width(policy.name, "leaf2", LEAF1_HOSTS[0]) == 1
+
+
+def test_a_session_the_user_shuts_is_expected_down(tmp_path):
+    name = f"{PREFIX}shut"
+    shut = "router bgp 65101\n neighbor spine2 shutdown\nexit\n"
+    lab = Lab(str(topology(tmp_path, name, overrides={"leaf1": {"frr": shut}})), name)
+    try:
+        lab.up()  # would time out if the bgp check wanted leaf1-spine2 Established
+        assert width(name, "leaf2", LEAF1_HOSTS[0]) == 1
+    finally:
+        cli("down", name, check=False)
+
+
 def test_templates_are_used_and_recorded_with_the_lab(policy, templates):
     running = cli("vtysh", policy.name, "spine1", "-c", "show running-config").stdout
     assert " coalesce-time 7\n" in running
