@@ -8,6 +8,18 @@ import click
 from .. import lab, neighbours, render
 
 
+def _ratios(ratios: dict[str, float]) -> str:
+    """leaf1-4 1:1, spine1-4 2:1 -- runs of nodes with the same ratio, folded."""
+    groups: dict[float, list[str]] = {}
+    for node, r in ratios.items():
+        groups.setdefault(r, []).append(node)
+    return ", ".join(f"{_span(nodes)} {r:g}:1" for r, nodes in groups.items())
+
+
+def _span(nodes: list[str]) -> str:
+    return nodes[0] if len(nodes) == 1 else f"{nodes[0]}..{nodes[-1]} ({len(nodes)})"
+
+
 @click.command("render")
 @click.argument("topology", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
@@ -34,10 +46,16 @@ def command(topology: str, out: str, name: str | None, templates: str | None, as
     _, plan, rendered = lab.load_topology(topology, name, templates)
     files = render.write(rendered, Path(out))
     need, limit = neighbours.needed(plan), neighbours.limits()
+    ratios = plan.oversubscription()
     if as_json:
         click.echo(json.dumps({"lab": plan.lab, "out": str(out), "files": [str(f) for f in files],
+                               "shape": plan.shape(), "oversubscription": ratios,
                                "neighbours": {"needed": need, "host_limit": limit}}, indent=2))
         return
     click.echo(f"lab {plan.lab}: wrote {len(files)} files to {out}")
+    click.echo(f"{plan.shape()}, {len(plan.hosts)} hosts; links " + ", ".join(
+        f"{s / 1e9:g}G" for s in sorted({link.speed_bps for link in plan.links})))
+    if ratios:
+        click.echo("oversubscription (down:up capacity): " + _ratios(ratios))
     click.echo(f"neighbour entries it needs: IPv4 {need['ipv4']}, IPv6 {need['ipv6']} "
                f"(this host's limit, for every lab together: {limit['ipv4']} and {limit['ipv6']})")

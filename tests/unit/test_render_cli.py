@@ -7,6 +7,7 @@ rocelab render is refused before anything in it is touched.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_render_over_an_earlier_render_leaves_exactly_the_new_one(tmp_path, firs
     assert files_under(out) == expected(second)
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
         {k.split("/")[0] for k in expected(second) if "/" in k})  # no empty node dirs either
-    first_line, needs = res.stdout.strip().splitlines()
+    first_line, *_, needs = res.stdout.strip().splitlines()
     assert first_line == f"lab {second[:-5]}: wrote {len(expected(second))} files to {out}"
     assert needs.startswith("neighbour entries it needs: IPv4 ")  # the host budget (issue 15)
 
@@ -131,3 +132,15 @@ def test_a_file_where_the_directory_should_be_is_refused(tmp_path):
 def test_every_config_a_render_writes_is_one_a_later_render_may_replace(topology):
     rendered = load_topology(topology)[2]
     assert {name for files in rendered.files.values() for name in files} <= render.RENDERED_CONFS
+
+
+def test_render_shows_the_shape_speeds_and_oversubscription(tmp_path):
+    res = render_into("clos-3tier.yaml", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    assert "2 superspines over 2 pods of 2 spines x 2 leaves, 8 hosts; links 400G, 800G" in res.output
+    assert "oversubscription (down:up capacity): spine1..spine4 (4) 1:1, leaf1..leaf4 (4) 0.5:1" \
+        in res.output
+    js = rocelab("render", str(ROOT / "topologies/clos-2x4-custom.yaml"), "-o",
+                 str(tmp_path / "j"), "--json")
+    assert json.loads(js.output)["oversubscription"] == {"leaf1": 0.25, "leaf2": 0.25,
+                                                        "leaf3": 0.333}
