@@ -112,6 +112,13 @@ def user_config(plan: Plan) -> bool:
     return plan.frr_configs is not None or any(n.frr_snippet for n in plan.frr_nodes)
 
 
+def unrouted(widths: dict[str, dict[str, int]]) -> list[str]:
+    """Routers that route none of the prefixes they should learn: all a user's policy lets
+    rocelab say is wrong (pure)."""
+    return [f"{name}: none of its {len(ws)} host prefixes routed"
+            for name, ws in widths.items() if ws and not any(ws.values())]
+
+
 def check_fib_user(plan: Plan) -> CheckResult:
     """Every router routes at least one of the prefixes the plan says it learns, and no
     router's widths changed for USER_STABLE_S (successive calls, at most 2 x that apart)."""
@@ -120,8 +127,7 @@ def check_fib_user(plan: Plan) -> CheckResult:
     if widths != before or now - seen > 2 * USER_STABLE_S:
         since = now
     _user_fib[plan.lab] = (since, now, widths)
-    problems = [f"{name}: none of its {len(ws)} prefixes routed yet"
-                for name, ws in widths.items() if ws and not any(ws.values())]
+    problems = unrouted(widths)
     if not problems and now - since < USER_STABLE_S:
         problems.append(f"your FRR configuration: waiting until the FIB holds still for "
                         f"{USER_STABLE_S:g} s (last change {now - since:.2f} s ago)")

@@ -72,11 +72,16 @@ class Live:
         self.plan = plan
         self.faults, self.after = active_after(plan)
         up = link_alive(self.after)
-        self.hosts = [h for h in plan.hosts if up(h.name, h.leaf or "")]  # not isolated by a fault
+        self.hosts = [h for h in plan.hosts  # not isolated by a fault (every leaf of it cut off)
+                      if any(up(h.name, leaf) for leaf in h.leaves)]
 
     def fib(self) -> tuple[bool, str, list[str]]:
-        expected = faults.expected_fib(self.plan, self.after)
         have = converge.fib_widths(self.plan)
+        if converge.user_config(self.plan):  # the user's policy sets the widths, not the plan
+            bad = converge.unrouted(have)
+            return not bad, f"{len(have) - len(bad)}/{len(have)} routers route their host " \
+                            "prefixes (widths: your FRR configuration's)", bad
+        expected = faults.expected_fib(self.plan, self.after)
         bad = [f"{r}: {p} has {have.get(r, {}).get(p)} next hops (want {w})"
                for r, want in expected.items() for p, w in want.items()
                if have.get(r, {}).get(p) != w]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from .. import faults, netns, state
-from ..converge import fib_widths_of, stp_states_of, user_config
+from ..converge import fib_widths_of, stp_states_of, unrouted, user_config
 from ..errors import RocelabError
 from ..paths import lab_run_dir
 from ..plan import Plan
@@ -143,8 +143,7 @@ def _fib(plan: Plan, recorded: list[faults.Fault]) -> list[str]:
     pairs = netns.parallel(lambda n: (n.name, read(plan, n)), routers)
     widths: dict[str, dict[str, Any]] = dict(pairs)  # type: ignore[arg-type]
     if user_config(plan):  # the user's policy decides the widths: only a router routing none
-        return [f"{r}: routes none of its {len(w)} host prefixes" for r, w in widths.items()
-                if w and not any(w.values())]
+        return unrouted(widths)
     return fib_problems(widths, expected, bridged=not plan.routed)
 
 

@@ -99,6 +99,7 @@ def test_status_list_fail_and_heal_accept_the_users_policy(policy):
     assert st["user_config"] and st["converged"] and st["healthy"], st
     rows = json.loads(cli("list", "--json").stdout)
     assert next(r["health"] for r in rows if r["name"] == policy.name) == "healthy"
+    cli("validate", policy.name, "--check", "fib,bgp,reach")  # exit 0: the policy's widths pass
     out = cli("fail", policy.name, "link", "leaf2", "spine1", "--json")  # settles, not a timeout
     assert json.loads(out.stdout)["convergence"]["settled"]
     assert width(policy.name, "leaf2", LEAF1_HOSTS[0]) == 0  # spine1 was its only way there
