@@ -267,8 +267,9 @@ class Plan:
         return self.fabric is not FabricMode.L2
 
     def port_mtu(self, port: Interface) -> int:
-        """A port's MTU: its own, plus the VXLAN header on an EVPN underlay link."""
-        return port.mtu + (VXLAN_OVERHEAD if self.fabric is FabricMode.EVPN and port.fabric else 0)
+        """A port's MTU: its own (the plan's where a hand-built port has none), plus the VXLAN
+        header on an EVPN underlay link."""
+        return (port.mtu or self.mtu) + (VXLAN_OVERHEAD if self.fabric is FabricMode.EVPN and port.fabric else 0)
 
     def fib_targets(self) -> list[tuple[str, tuple[tuple[str, str | None], ...]]]:
         """(prefix, origins) each router's FIB must hold: every host NIC's /31 and each

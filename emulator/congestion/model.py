@@ -47,7 +47,7 @@ class CongestionPlan:
 
     def rate_of(self, speed_bps: int) -> int:
         """The shaped rate of a port declared at `speed_bps` (0: the fastest link's)."""
-        return int((speed_bps or self.speed_bps) / self.dilation)
+        return int(speed_bps / self.dilation) if speed_bps else self.rate_bps
 
     def dscp_tc(self) -> dict[int, int]:
         return {self.roce_dscp: ROCE_TC, self.cnp_dscp: CNP_TC}
