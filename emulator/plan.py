@@ -269,7 +269,8 @@ class Plan:
     def port_mtu(self, port: Interface) -> int:
         """A port's MTU: its own (the plan's where a hand-built port has none), plus the VXLAN
         header on an EVPN underlay link."""
-        return (port.mtu or self.mtu) + (VXLAN_OVERHEAD if self.fabric is FabricMode.EVPN and port.fabric else 0)
+        vxlan = VXLAN_OVERHEAD if self.fabric is FabricMode.EVPN and port.fabric else 0
+        return (port.mtu or self.mtu) + vxlan
 
     def fib_targets(self) -> list[tuple[str, tuple[tuple[str, str | None], ...]]]:
         """(prefix, origins) each router's FIB must hold: every host NIC's /31 and each
