@@ -142,23 +142,39 @@ def bgp_sessions(plan: Plan, node: Node) -> dict[str, dict[str, object]]:
             for p, v in peers.items()}
 
 
-def check_bgp(plan: Plan) -> CheckResult:
-    """Every configured session Established -- but one the user shut down on purpose
-    (`neighbor ... shutdown`: "Idle (Admin)" at that end) is expected down at both ends."""
+Sessions = dict[str, "dict[str, dict[str, object]] | str"]  # router -> peers, or its error
+
+
+def read_sessions(plan: Plan) -> Sessions:
+    """Every FRR router's BGP sessions (bgp_sessions), or why they could not be read."""
     def one(node: Node) -> tuple[str, dict[str, dict[str, object]] | str]:
+        if not netns.exists(node.netns):
+            return node.name, "namespace missing"
         try:
             return node.name, bgp_sessions(plan, node)
         except RocelabError as e:
-            return node.name, f"{node.name}: {e}"
+            return node.name, str(e)
 
-    read = dict(netns.parallel(one, plan.frr_nodes))
-    shut = {frozenset((name, _peer_node(plan, plan.node(name), key)))
+    return dict(netns.parallel(one, plan.frr_nodes))  # type: ignore[arg-type]
+
+
+def admin_shut(plan: Plan, read: Sessions) -> set[frozenset[str]]:
+    """Router pairs whose session one end shut down on purpose (`neighbor ... shutdown`:
+    "Idle (Admin)" there): expected down at both ends."""
+    return {frozenset((name, _peer_node(plan, plan.node(name), key)))
             for name, peers in read.items() if isinstance(peers, dict)
             for key, p in peers.items() if "Admin" in str(p["state"])}
+
+
+def check_bgp(plan: Plan) -> CheckResult:
+    """Every configured session Established -- but one the user shut down on purpose
+    is expected down at both ends (admin_shut)."""
+    read = read_sessions(plan)
+    shut = admin_shut(plan, read)
     problems = []
     for name, peers in read.items():
         if isinstance(peers, str):
-            problems.append(peers)
+            problems.append(f"{name}: {peers}")
             continue
         node = plan.node(name)
         want = sum(1 for i in node.interfaces if i.fabric and frozenset((name, i.peer)) not in shut)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -69,20 +70,27 @@ def active_after(plan: Plan) -> tuple[list[dict[str, Any]], AfterState]:
     return active, faults.after_state(plan, [faults.Fault.from_json(r) for r in active])
 
 
-def expected_sessions(node: Node, after: AfterState) -> int:
-    """BGP sessions `node` should have Established once `after` is in force."""
+def expected_sessions(node: Node, after: AfterState,
+                      shut: AbstractSet[frozenset[str]] = frozenset()) -> int:
+    """BGP sessions `node` should have Established once `after` is in force (less those
+    the user shut down)."""
     up = link_alive(after)
-    return sum(1 for i in node.interfaces if i.fabric and up(node.name, i.peer))
+    return sum(1 for i in node.interfaces if i.fabric and up(node.name, i.peer)
+               and frozenset((node.name, i.peer)) not in shut)
 
 
-def router_status(plan: Plan, node: Node, after: AfterState,
-                  expected: dict[str, int] | None) -> RouterStatus:
-    configured = sum(1 for i in node.interfaces if i.fabric)
+def router_status(plan: Plan, node: Node, after: AfterState, expected: dict[str, int] | None,
+                  peers: dict[str, dict[str, object]] | str,
+                  shut: AbstractSet[frozenset[str]] = frozenset()) -> RouterStatus:
+    """One router; `peers`: its BGP sessions (converge.read_sessions) or why they could not
+    be read; `shut`: sessions the user shut down, expected down (not counted)."""
+    configured = sum(1 for i in node.interfaces
+                     if i.fabric and frozenset((node.name, i.peer)) not in shut)
     have = converge.fib_widths_of(plan, node)
     widths = list(have.values()) or [0]
     healthy = plan.expected_widths().get(node.name, {})
     base = dict(node=node.name, kind=node.kind.value, asn=node.asn, sessions_configured=configured,
-                sessions_expected=expected_sessions(node, after),
+                sessions_expected=expected_sessions(node, after, shut),
                 ecmp_min=min(widths), ecmp_max=max(widths),
                 ecmp_expected=max(healthy.values(), default=0),
                 ecmp_expected_min=min(healthy.values(), default=0),
@@ -91,12 +99,8 @@ def router_status(plan: Plan, node: Node, after: AfterState,
                 fib_as_expected=have == expected if expected is not None
                 else not have or any(have.values()),
                 failed=node.name in after["failed_nodes"])
-    if not netns.exists(node.netns):
-        return RouterStatus(**base, sessions_up=0, prefixes_received=0, error="namespace missing")
-    try:
-        peers = converge.bgp_sessions(plan, node)
-    except RocelabError as e:
-        return RouterStatus(**base, sessions_up=0, prefixes_received=0, error=str(e))
+    if isinstance(peers, str):
+        return RouterStatus(**base, sessions_up=0, prefixes_received=0, error=peers)
     up = sum(1 for p in peers.values() if p["state"] == "Established")
     rx = sum(int(p["prefixes"] or 0) for p in peers.values())
     return RouterStatus(**base, sessions_up=up, prefixes_received=rx)
@@ -177,8 +181,11 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
     active, after = active_after(plan)
     user = converge.user_config(plan)
     expected = None if user else faults.expected_fib(plan, after)
+    sessions = converge.read_sessions(plan)
+    shut = converge.admin_shut(plan, sessions)
     routers: list[RouterStatus] = netns.parallel(  # type: ignore[assignment]
-        lambda n: router_status(plan, n, after, (expected or {}).get(n.name)), plan.frr_nodes)
+        lambda n: router_status(plan, n, after, (expected or {}).get(n.name),
+                                sessions.get(n.name, "not read"), shut), plan.frr_nodes)
     tree = faults.expected_forwarding(plan, after) if plan.fabric is FabricMode.L2 else {}
     bridges: list[dict[str, Any]] = netns.parallel(  # type: ignore[assignment]
         lambda n: bridge_status(plan, n, after, tree.get(n.name)),

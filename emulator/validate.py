@@ -89,12 +89,12 @@ class Live:
                         f"routers as expected ({len(self.faults)} active faults)", bad
 
     def bgp(self) -> tuple[bool, str, list[str]]:
-        def one(node: Node) -> tuple[str, int, int]:
-            up = sum(1 for p in converge.bgp_sessions(self.plan, node).values()
-                     if p["state"] == "Established")
-            return node.name, up, expected_sessions(node, self.after)
-
-        rows: list[tuple[str, int, int]] = netns.parallel(one, self.plan.routers)  # type: ignore
+        sessions = converge.read_sessions(self.plan)
+        shut = converge.admin_shut(self.plan, sessions)  # the user's `neighbor ... shutdown`
+        rows = [(node.name, sum(1 for p in peers.values() if p["state"] == "Established")
+                 if isinstance(peers, dict) else 0, expected_sessions(node, self.after, shut))
+                for node in self.plan.frr_nodes
+                for peers in [sessions.get(node.name, {})]]
         bad = [f"{n} has {up}/{want} sessions Established" for n, up, want in rows if up < want]
         return not bad, f"{sum(r[1] for r in rows)} sessions Established " \
                         f"(want {sum(r[2] for r in rows)})", bad

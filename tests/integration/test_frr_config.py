@@ -114,6 +114,11 @@ def test_a_session_the_user_shuts_is_expected_down(tmp_path):
     try:
         lab.up()  # would time out if the bgp check wanted leaf1-spine2 Established
         assert width(name, "leaf2", LEAF1_HOSTS[0]) == 1
+        st = lab.status()
+        assert st["converged"] and st["healthy"], st  # shut on purpose: not a missing session
+        leaf1 = next(r for r in st["routers"] if r["node"] == "leaf1")
+        assert (leaf1["sessions_up"], leaf1["sessions_configured"]) == (1, 1)
+        cli("validate", name, "--check", "bgp")
     finally:
         cli("down", name, check=False)
 
