@@ -39,26 +39,31 @@ CLONE_NEWNET = 0x40000000
 def veth() -> Iterator[None]:
     if os.geteuid() != 0:
         pytest.skip("needs root for network namespaces")
-    from pyroute2 import IPRoute, netns
 
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    def ours() -> list[str]:
+        return [ns for ns in (NS_A, NS_B) if os.path.exists(f"/run/netns/{ns}")]
+
+    # `ip` in a child process, not pyroute2's netns.create: in one CI run that left
+    # rxv-b missing and the test process itself in a fresh namespace (the session's
+    # root-namespace check then saw only a down lo).
     try:
+        for ns in ours():  # left by a run that was killed: ours by prefix
+            ip("netns", "del", ns)
         for ns in (NS_A, NS_B):
-            if ns in netns.listnetns():  # left by a run that was killed: ours by prefix
-                netns.remove(ns)
-            netns.create(ns)
-        with IPRoute(netns=NS_A) as ipr:
-            ipr.link("add", ifname=IFNAME, kind="veth", peer={"ifname": IFNAME, "net_ns_fd": NS_B})
-        for ns, ip in ((NS_A, IP_A), (NS_B, IP_B)):
-            with IPRoute(netns=ns) as ipr:
-                idx = ipr.link_lookup(ifname=IFNAME)[0]
-                ipr.link("set", index=idx, mtu=9000, state="up")
-                ipr.addr("add", index=idx, address=ip, prefixlen=31)
-                ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+            ip("netns", "add", ns)
+        ip("-n", NS_A, "link", "add", IFNAME, "type", "veth", "peer", "name", IFNAME,
+           "netns", NS_B)
+        for ns, addr in ((NS_A, IP_A), (NS_B, IP_B)):
+            ip("-n", ns, "link", "set", IFNAME, "mtu", "9000", "up")
+            ip("-n", ns, "addr", "add", f"{addr}/31", "dev", IFNAME)
+            ip("-n", ns, "link", "set", "lo", "up")
         yield
     finally:
-        for ns in (NS_A, NS_B):
-            if ns in netns.listnetns():
-                netns.remove(ns)
+        for ns in ours():
+            ip("netns", "del", ns)
 
 
 @pytest.fixture(scope="module", autouse=True)
