@@ -21,9 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyroute2 import IPRoute
-
-from . import bridge, evpn, netns
+from . import bridge, evpn, netns, rtnl
 from .errors import ConvergeTimeout, RocelabError
 from .frr import vtysh_json
 from .plan import Kind, Node, Plan
@@ -49,16 +47,8 @@ class CheckResult:
 
 def route_widths(node: Node) -> dict[str, int]:
     """IPv4 unicast routes of the main table in a node's namespace: prefix -> next-hop count."""
-    with netns.entered(node.netns), IPRoute() as ipr:
-        routes = ipr.get_routes(family=socket.AF_INET, table=254)
-    widths = {}
-    for r in routes:
-        dst = r.get_attr("RTA_DST")
-        if dst is None:
-            continue
-        mp = r.get_attr("RTA_MULTIPATH")
-        widths[f"{dst}/{r['dst_len']}"] = len(mp) if mp else 1
-    return widths
+    with netns.entered(node.netns):
+        return rtnl.route_widths(socket.AF_INET)
 
 
 def fib_widths_of(plan: Plan, node: Node) -> dict[str, int]:

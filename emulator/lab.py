@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import converge, expectations, frr, neighbours, netns, state
+from . import converge, estimate, expectations, frr, neighbours, netns, state
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, SpecError
 from .paths import lab_run_dir
@@ -103,18 +103,28 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     require_root()
     frr.check_user_configs(plan, rendered)  # FRR's parser on the user's own config: exit 2
     _refuse_existing(plan)
-    if raise_neigh_limit:  # the one host-wide change, asked for, recorded, undone at the last down
-        for fam, value in neighbours.raise_for(plan).items():
-            progress(f"raised net.{fam}.neigh.default.gc_thresh3 to {value} "
-                     "(restored when the last lab is down)")
-    neighbours.check(plan)  # exit 12 before anything exists: a full table breaks every lab
+    est = estimate.check(plan)  # exit 12 when the machine cannot hold it
+    progress(f"estimate: {est.summary()}")
+    undo = contextlib.ExitStack()
+    # the one host-wide change, asked for, recorded, undone at the last down -- or by the
+    # rollback of this `up` when no other lab is left (registered first: runs last)
+    undo.callback(neighbours.restore_if_idle)
+    try:
+        if raise_neigh_limit:
+            for fam, value in neighbours.raise_for(plan).items():
+                progress(f"raised net.{fam}.neigh.default.gc_thresh3 to {value} "
+                         "(restored when the last lab is down)")
+        neighbours.check(plan)  # exit 12 before anything exists: a full table breaks every lab
+    except BaseException:
+        undo.close()
+        raise
     marks = {"start": time.monotonic()}
     source = "<dict>" if isinstance(path, Mapping) else str(Path(path).resolve())
     record: dict[str, Any] = {"lab": plan.lab, "topology": source,
                               "spec": topo.model_dump(mode="json"), "status": "creating",
                               "namespaces": [n.netns for n in plan.nodes], "daemons": [],
+                              "neigh_pinned": neighbours.pinned(plan),
                               "templates": rendered.templates}
-    undo = contextlib.ExitStack()
     try:
         _claim_run_dir(plan.lab)
         undo.callback(shutil.rmtree, lab_run_dir(plan.lab), ignore_errors=True)
@@ -219,8 +229,7 @@ def down(lab: str) -> DownResult:
     run_dir = lab_run_dir(lab)
     had_dir = run_dir.exists()
     shutil.rmtree(run_dir, ignore_errors=True)
-    if not state.known_labs():  # the last lab: a raised neighbour limit goes back
-        neighbours.restore()
+    neighbours.restore_if_idle()  # the last lab: a raised neighbour limit goes back
     return DownResult(lab, len(pids), len(names), had_dir)
 
 

@@ -10,16 +10,30 @@ has left and refuses, naming the sysctl and the value that would fit. Only
 with `--raise-neigh-limit` does it raise the limit, recording the original in
 the run root, and the `down` that leaves no lab puts it back (a crash loses
 nothing: the next `down` restores from the record).
+
+Most of those entries need not count at all. The kernel exempts permanent
+entries from the limit (and from garbage collection), and rocelab knows both
+ends of every point-to-point wire: their MACs are planned, an unnumbered
+peer's link-local address is the EUI-64 of its MAC, a numbered peer's address
+is planned. So `realize` pins those (`pins`): a routed fabric's wires then need
+no dynamic entry, and an 80-router, 1,024-link fabric fits in the default
+limit of 1,024. What is left to count is what rocelab cannot know in advance:
+hosts of one L2 segment resolving each other. A port set down loses its
+permanent entries (the kernel flushes them), so healing one pins them again.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
+from . import state
 from .errors import HostLimitError
 from .paths import RUN_ROOT
-from .plan import Plan
+from .plan import Node, Plan
 from .spec import Addressing, FabricMode
 
 FAMILIES = ("ipv4", "ipv6")
@@ -29,20 +43,59 @@ STATS = {"ipv4": "/proc/net/stat/arp_cache", "ipv6": "/proc/net/stat/ndisc_cache
 HEADROOM = 1.25  # raise to this much more than needed: hosts add entries of their own
 
 
-def needed(plan: Plan) -> dict[str, int]:
-    """Neighbour entries the lab needs once converged and every host has reached every other."""
-    fabric = [link for link in plan.links if link.fabric]
-    hosts = len(plan.hosts)
-    v4 = v6 = 0
+class Pin(NamedTuple):
+    """A permanent neighbour entry: on `port`, `address` is at `mac`."""
+
+    family: str  # ipv4 | ipv6
+    port: str
+    address: str
+    mac: str
+
+
+def link_local(mac: str) -> str:
+    """The EUI-64 IPv6 link-local address the kernel derives from a MAC (addr_gen_mode 0)."""
+    b = bytes.fromhex(mac.replace(":", ""))
+    eui = bytes([b[0] ^ 0x02]) + b[1:3] + b"\xff\xfe" + b[3:]
+    return str(ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + eui))
+
+
+def pins(plan: Plan, node: Node, ports: Iterable[str] | None = None) -> list[Pin]:
+    """The permanent entries a node's point-to-point wires need (all ports, or `ports`):
+    an unnumbered fabric peer's link-local, a numbered peer's IPv4 address. Bridged
+    ports (one segment, many neighbours) get none."""
+    out = []
+    for port in node.interfaces:
+        if port.bridged or (ports is not None and port.name not in ports):
+            continue
+        peer = plan.node(port.peer).interface(port.peer_ifname)
+        if peer.bridged:
+            continue
+        if port.fabric and plan.routed and plan.addressing is Addressing.UNNUMBERED:
+            out.append(Pin("ipv6", port.name, link_local(peer.mac), peer.mac))
+        if peer.address and port.address:
+            out.append(Pin("ipv4", port.name, peer.address.split("/")[0], peer.mac))
+    return out
+
+
+def pinned(plan: Plan) -> dict[str, int]:
+    """Permanent entries the lab holds once up: its pins, and on an unnumbered fabric
+    zebra's own (169.254.0.1 per BGP port: IPv4 routes over IPv6 next hops)."""
+    count = {fam: 0 for fam in FAMILIES}
+    for node in plan.nodes:
+        for pin in pins(plan, node):
+            count[pin.family] += 1
     if plan.routed and plan.addressing is Addressing.UNNUMBERED:
-        v6 += 2 * len(fabric)  # BGP to the peer's link-local on both ends
-    elif plan.routed:
-        v4 += 2 * len(fabric)
+        count["ipv4"] += 2 * sum(1 for link in plan.links if link.fabric)
+    return count
+
+
+def needed(plan: Plan) -> dict[str, int]:
+    """Dynamic (counted) neighbour entries the lab needs once converged and every host has
+    reached every other: what its pins do not cover."""
+    hosts = len(plan.hosts)
     if plan.fabric is FabricMode.L3:
-        v4 += 2 * hosts  # host -> its gateway, leaf -> the host
-    else:
-        v4 += hosts * (hosts - 1)  # one segment: every host resolves every other
-    return {"ipv4": v4, "ipv6": v6}
+        return {"ipv4": 0, "ipv6": 0}  # every wire pinned, hosts' IPv6 off
+    return {"ipv4": hosts * (hosts - 1), "ipv6": 0}  # one segment: every host resolves every other
 
 
 def _read_int(path: str) -> int:
@@ -67,9 +120,20 @@ def in_use() -> dict[str, int]:
     return out
 
 
+def counted_in_use() -> dict[str, int]:
+    """Entries counted against the limit now: the kernel's count less the permanent
+    entries the running labs recorded (`pinned`, exempt from the limit)."""
+    used = in_use()
+    for lab in state.known_labs():
+        record = (state.read(lab) or {}).get("neigh_pinned", {})
+        for fam in FAMILIES:
+            used[fam] = max(0, used[fam] - int(record.get(fam, 0)))
+    return used
+
+
 def check(plan: Plan) -> None:
     """HostLimitError (exit 12) if the lab would overflow a neighbour table."""
-    need, have, used = needed(plan), limits(), in_use()
+    need, have, used = needed(plan), limits(), counted_in_use()
     for fam in FAMILIES:
         if used[fam] + need[fam] > have[fam]:
             fits = fit(used[fam] + need[fam])
@@ -92,7 +156,7 @@ def record_path() -> Path:
 def raise_for(plan: Plan) -> dict[str, int]:
     """Raise gc_thresh3 (and gc_thresh2 to match) where the lab needs it; the first
     originals are recorded so the last `down` restores them. Returns what was raised."""
-    need, have, used = needed(plan), limits(), in_use()
+    need, have, used = needed(plan), limits(), counted_in_use()
     record = _load()
     raised = {}
     for fam in FAMILIES:
@@ -116,6 +180,12 @@ def restore() -> dict[str, int]:
         _write(_sysctl2(fam), orig["gc_thresh2"])
     record_path().unlink(missing_ok=True)
     return {fam: orig["gc_thresh3"] for fam, orig in record.items()}
+
+
+def restore_if_idle() -> None:
+    """restore(), if no lab is left on the host."""
+    if not state.known_labs():
+        restore()
 
 
 def _sysctl2(fam: str) -> str:

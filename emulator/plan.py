@@ -194,6 +194,8 @@ class Plan:
     frr_configs: str | None = None  # a directory of <router>/frr.conf replacing the rendered ones
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
     _healthy: dict[str, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
+    _targets: list[tuple[str, tuple[tuple[str, str | None], ...]]] = field(
+        default_factory=list, compare=False, repr=False)  # fib_targets, once (polled per round)
 
     def __post_init__(self) -> None:
         self._index.update({n.name: n for n in self.nodes})
@@ -277,6 +279,11 @@ class Plan:
         dual-homed host's /32 on l3, a leaf's VTEP loopback on evpn, nothing on l2.
         An origin is (leaf, host): the prefix lives while that leaf-host link does
         (host None: a loopback, alive with its leaf)."""
+        if not self._targets:
+            self._targets.extend(self._fib_targets())
+        return list(self._targets)
+
+    def _fib_targets(self) -> list[tuple[str, tuple[tuple[str, str | None], ...]]]:
         if self.fabric is FabricMode.L3:
             out: list[tuple[str, tuple[tuple[str, str | None], ...]]] = []
             for h in self.hosts:
@@ -397,6 +404,7 @@ class Plan:
         d = asdict(self)
         d.pop("_index")
         d.pop("_healthy")
+        d.pop("_targets")
         return _jsonable(d)
 
 

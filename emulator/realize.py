@@ -15,17 +15,19 @@ import errno
 import ipaddress
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import bridge, netns
+from . import bridge, neighbours, netns
 from .errors import RealizeError
 from .netns import parallel
 from .paths import NS_TAG_PREFIX
 from .plan import Node, Plan, Route
-from .spec import EcmpHash
+from .spec import EcmpHash, FabricMode
+
+NUD_PERMANENT = 0x80
 
 # Set inside each namespace before any veth exists (accept_dad: addresses usable at once).
 COMMON_SYSCTLS = {
@@ -78,6 +80,15 @@ def hash_sysctls(node: Node) -> dict[str, str]:
             "net/ipv6/fib_multipath_hash_policy": policy}
 
 
+# A routed fabric's hosts speak IPv4 only. With IPv6 on, every host link trades router
+# solicitations and neighbour entries for nothing (1,152 of them on a 576-host fabric:
+# the host-wide IPv6 table overflowed and BGP unnumbered lost its peers).
+L3_HOST_SYSCTLS = {
+    "net/ipv6/conf/all/disable_ipv6": "1",
+    "net/ipv6/conf/default/disable_ipv6": "1",
+}
+
+
 # A multi-homed host drops the next hop of a leaf whose link lost carrier, as routers do.
 MULTIHOMED_HOST_SYSCTLS = {
     "net/ipv4/conf/all/ignore_routes_with_linkdown": "1",
@@ -92,10 +103,11 @@ def _tag_and_prepare(plan: Plan, node: Node) -> Callable[[], None]:
         elif node.is_router:
             write_sysctls(COMMON_SYSCTLS | ROUTER_SYSCTLS | hash_sysctls(node),
                           OPTIONAL_ROUTER_SYSCTLS)
-        elif len(node.interfaces) > 1:
-            write_sysctls(COMMON_SYSCTLS | MULTIHOMED_HOST_SYSCTLS | hash_sysctls(node))
         else:
-            write_sysctls(COMMON_SYSCTLS)
+            write_sysctls(COMMON_SYSCTLS
+                          | (L3_HOST_SYSCTLS if plan.fabric is FabricMode.L3 else {})
+                          | (MULTIHOMED_HOST_SYSCTLS | hash_sysctls(node)
+                             if len(node.interfaces) > 1 else {}))
         with IPRoute() as ipr:
             lo = ipr.link_lookup(ifname="lo")[0]
             ipr.link("set", index=lo, ifalias=f"{NS_TAG_PREFIX}{plan.lab}", state="up")
@@ -151,8 +163,20 @@ def _configure(plan: Plan, node: Node) -> None:
                 ipr.link("set", ifname=port.name, state="up")
         for route in node.routes:
             _add_route(ipr, route)
+        if node.is_router and plan.fabric is FabricMode.L3:  # a leaf's host ports: IPv4 only
+            write_sysctls({f"net/ipv6/conf/{p.name}/disable_ipv6": "1"
+                           for p in node.interfaces if not p.fabric})
+        pin_neighbours(ipr, plan, node)
         if node.bridge:
             bridge.create(ipr, plan, node)
+
+
+def pin_neighbours(ipr: IPRoute, plan: Plan, node: Node, ports: Iterable[str] | None = None) -> None:
+    """The node's permanent neighbour entries (neighbours.pins: exempt from the host's limit)."""
+    for pin in neighbours.pins(plan, node, ports):
+        ipr.neigh("replace", dst=pin.address, lladdr=pin.mac, state=NUD_PERMANENT,
+                  ifindex=socket.if_nametoindex(pin.port),
+                  family=socket.AF_INET6 if pin.family == "ipv6" else socket.AF_INET)
 
 
 def _add_route(ipr: IPRoute, route: Route) -> None:

@@ -30,6 +30,7 @@ from . import converge, evpn, faults, netns
 from .errors import ConvergeTimeout, RocelabError
 from .faults.model import AfterState, link_alive
 from .plan import Homing, Kind, Node, Plan
+from .reach import probe_pairs
 from .spec import FabricMode
 
 
@@ -198,6 +199,7 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
     whole = converged and not active and all(r.ok for r in routers) and all(
         x["ok"] for x in bridges + vnis)
     reach = converge.check_reach(plan, reach_timeout_s) if whole else None
+    pairs = len(probe_pairs(plan.hosts))
     return {
         "lab": plan.lab,
         "converged": converged,
@@ -212,7 +214,9 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
                    "homing": h.homing.value, "address": h.address, "addresses": h.addresses}
                   for h in plan.hosts],
         "rails": rail_traffic(plan),
-        "reachability": None if reach is None else {"ok": reach.ok, "problems": reach.problems},
+        "reachability": None if reach is None else {
+            "ok": reach.ok, "problems": reach.problems, "pairs": pairs,
+            "full_mesh": pairs == len(plan.hosts) * (len(plan.hosts) - 1)},
         "faults": active,
         "shape": plan.shape(),
         "spines": len(plan.of_kind(Kind.SPINE)),

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .. import lab, neighbours, render
+from .. import estimate, lab, neighbours, render
 
 
 def _ratios(ratios: dict[str, float]) -> str:
@@ -46,11 +46,15 @@ def command(topology: str, out: str, name: str | None, templates: str | None, as
     _, plan, rendered = lab.load_topology(topology, name, templates)
     files = render.write(rendered, Path(out))
     need, limit = neighbours.needed(plan), neighbours.limits()
+    pinned = neighbours.pinned(plan)
+    est = estimate.estimate(plan)
     ratios = plan.oversubscription()
     if as_json:
         click.echo(json.dumps({"lab": plan.lab, "out": str(out), "files": [str(f) for f in files],
                                "shape": plan.shape(), "oversubscription": ratios,
-                               "neighbours": {"needed": need, "host_limit": limit}}, indent=2))
+                               "neighbours": {"needed": need, "pinned": pinned, "host_limit": limit},
+                               "estimate": est.to_json() | {"available_mb": estimate.available_mb()}},
+                              indent=2))
         return
     click.echo(f"lab {plan.lab}: wrote {len(files)} files to {out}")
     click.echo(f"{plan.shape()}, {len(plan.hosts)} hosts; links " + ", ".join(
@@ -58,4 +62,9 @@ def command(topology: str, out: str, name: str | None, templates: str | None, as
     if ratios:
         click.echo("oversubscription (down:up capacity): " + _ratios(ratios))
     click.echo(f"neighbour entries it needs: IPv4 {need['ipv4']}, IPv6 {need['ipv6']} "
-               f"(this host's limit, for every lab together: {limit['ipv4']} and {limit['ipv6']})")
+               f"(this host's limit, for every lab together: {limit['ipv4']} and {limit['ipv6']}; "
+               f"pinned, outside the limit: IPv4 {pinned['ipv4']}, IPv6 {pinned['ipv6']})")
+    fits = est.memory_mb <= estimate.available_mb() * estimate.HEADROOM
+    click.echo(f"estimate: {est.summary()}; this machine has "
+               f"{estimate.available_mb() / 1024:.1f} GB available"
+               + ("" if fits else " -- too little: `up` would refuse it"))

@@ -124,7 +124,9 @@ def _print_rest(st: dict[str, Any], console: Console) -> None:
     if reach is None:
         console.print("host reachability: not checked (not converged, or a fault in force)")
     else:
-        console.print(f"host reachability ({hosts} hosts, full mesh): "
+        how = ("full mesh" if reach.get("full_mesh", True)
+               else f"{reach['pairs']} pairs covering every leaf pair")
+        console.print(f"host reachability ({hosts} hosts, {how}): "
                       + ("ok" if reach["ok"] else "; ".join(reach["problems"][:5])))
     for f in st.get("faults", []):
         since = f"since {f['iso']}" if f.get("iso") else "not recorded (found in the kernel)"

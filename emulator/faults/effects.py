@@ -32,6 +32,7 @@ from pyroute2 import IPRoute
 
 from .. import netns
 from ..plan import Node, Plan
+from ..realize import pin_neighbours
 from .model import Effect, EffectKind, FaultError
 
 TABLE = "rocelab_fault"
@@ -69,13 +70,17 @@ def _drop_ruleset(ports: list[str]) -> str:
     return f"table netdev {TABLE} {{\n{chains}}}\n"
 
 
-def _set_ports(node: Node, ports: list[str], state: str) -> None:
+def _set_ports(plan: Plan, node: Node, ports: list[str], state: str) -> None:
+    """Set ports up or down; a port set up gets its permanent neighbour entries back
+    (the kernel flushed them when it went down)."""
     with netns.entered(node.netns), IPRoute() as ipr:
         for port in ports:
             index = ipr.link_lookup(ifname=port)
             if not index:
                 raise FaultError(f"{node.name} has no port {port}")
             ipr.link("set", index=index[0], state=state)
+        if state == "up":
+            pin_neighbours(ipr, plan, node, ports)
 
 
 def apply(plan: Plan, effects: Iterable[Effect]) -> None:
@@ -87,7 +92,7 @@ def apply(plan: Plan, effects: Iterable[Effect]) -> None:
             _nft_script(node, _drop_ruleset(drops))
         downs = [e.port for e in item[1] if e.kind is EffectKind.DOWN]
         if downs:
-            _set_ports(node, downs, "down")
+            _set_ports(plan, node, downs, "down")
 
     netns.parallel(one, _by_node(effects).items())
 
@@ -104,7 +109,7 @@ def undo(plan: Plan, effects: Iterable[Effect], present: set[Effect]) -> None:
                 f"delete chain netdev {TABLE} {CHAIN_PREFIX}{e.port}\n" for e in drops))
         downs = [e.port for e in item[1] if e.kind is EffectKind.DOWN]
         if downs:
-            _set_ports(node, downs, "up")
+            _set_ports(plan, node, downs, "up")
 
     netns.parallel(one, _by_node(set(effects) & present).items())
 

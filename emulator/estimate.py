@@ -1,0 +1,101 @@
+"""What a lab will cost the machine, before anything exists: `render` prints it, `up` refuses
+a lab that would not fit.
+
+Memory is a model fitted to labs measured on the reference machine (MemAvailable before
+and after `up`; `make bench --only scale` re-measures it and prints estimate / measured):
+
+    fixed   100 MB   this process, the dataplane controller
+    router    8 MB   zebra, bgpd, staticd (bfdd) before any peer
+    session   1 MB   each BGP session end: bgpd's per-peer buffers and adj-RIB
+    namespace 2 MB   a namespace with its veth ends, sysctls and FIB
+
+It lands within 5 % on the 80- and 132-router fabrics and is 25 % high on a 24-router
+one. Time is not estimated: docs/scale.md has the measured curve.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from .errors import HostLimitError
+from .plan import Plan
+from .render import daemons_for
+
+FIXED_MB = 100.0
+ROUTER_MB = 8.0
+SESSION_MB = 1.05
+NAMESPACE_MB = 1.8
+HEADROOM = 0.9  # of MemAvailable: the kernel and everything else keep a tenth
+
+
+@dataclass(frozen=True)
+class Estimate:
+    namespaces: int
+    links: int
+    routers: int
+    hosts: int
+    processes: int  # FRR daemons (+1: the dataplane controller on a shaped lab)
+    bgp_sessions: int  # session ends: two per fabric link on a routed fabric
+    memory_mb: int
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+    def parts(self) -> str:
+        return (f"{self.namespaces} namespaces, {self.processes} processes, "
+                f"{self.bgp_sessions // 2} BGP sessions")
+
+    def summary(self) -> str:
+        return f"{self.parts()}, about {_mb(self.memory_mb)} of memory"
+
+
+def estimate(plan: Plan) -> Estimate:
+    """The lab's size and memory (pure)."""
+    routers = plan.frr_nodes
+    sessions = sum(1 for r in routers for i in r.interfaces if i.fabric)
+    processes = sum(len(daemons_for(plan, r)) for r in routers) + (1 if plan.congestion else 0)
+    memory = (FIXED_MB + ROUTER_MB * len(routers) + SESSION_MB * sessions
+              + NAMESPACE_MB * len(plan.nodes))
+    return Estimate(len(plan.nodes), len(plan.links), len(plan.routers), len(plan.hosts),
+                    processes, sessions, round(memory))
+
+
+def available_mb() -> int:
+    """MemAvailable of this machine, in MB."""
+    with open("/proc/meminfo") as f:
+        for row in f:
+            if row.startswith("MemAvailable:"):
+                return int(row.split()[1]) // 1024
+    return 0
+
+
+def free_namespaces() -> int | None:
+    """Network namespaces this user may still create (None: no limit readable)."""
+    try:
+        with open("/proc/sys/user/max_net_namespaces") as f:
+            limit = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return limit - len(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else limit
+
+
+def check(plan: Plan, available: int | None = None, namespaces_left: int | None = -1) -> Estimate:
+    """HostLimitError (exit 12) if the estimate does not fit the machine; the estimate."""
+    est = estimate(plan)
+    have = available_mb() if available is None else available
+    if est.memory_mb > have * HEADROOM:
+        raise HostLimitError(
+            f"lab {plan.lab} needs about {_mb(est.memory_mb)} of memory ({est.parts()}) but "
+            f"this machine has {_mb(have)} available (rocelab uses at most "
+            f"{HEADROOM:.0%} of it): use a smaller topology or free memory; nothing was created")
+    left = free_namespaces() if namespaces_left == -1 else namespaces_left
+    if left is not None and est.namespaces > left:
+        raise HostLimitError(
+            f"lab {plan.lab} needs {est.namespaces} network namespaces but user.max_net_namespaces "
+            f"leaves {left}: raise it or use a smaller topology; nothing was created")
+    return est
+
+
+def _mb(mb: float) -> str:
+    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
