@@ -72,6 +72,20 @@ def parse_speed(text: str, field: str | None = "speed") -> int:
     return bps
 
 
+PERCENT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%?\s*$")
+
+
+def parse_percent(text: str | float, field: str | None = "percent") -> float:
+    """'1.5%', '1.5' or 1.5 -> 1.5; above 0 and at most 100."""
+    m = PERCENT_RE.match(str(text))
+    if not m:
+        raise _fail(field, f"{_short(str(text))!r} is not a percentage like 1% or 0.5%")
+    value = float(m.group(1))
+    if not 0 < value <= 100:
+        raise _fail(field, f"must be above 0% and at most 100% (got {text})")
+    return value
+
+
 def speed_or_zero(text: str) -> int:
     """'100G' -> bits per second; 0 if the text is not a positive speed."""
     try:

@@ -13,13 +13,18 @@ from .progress import progress
 USAGE = "link A B | node N | flap A B"
 
 
-def target(plan: Plan, words: tuple[str, ...], silent: bool = False) -> faults.Fault:
-    """`link A B` or `node N` (also `flap A B`) -> the fault it names.
+def target(plan: Plan, words: tuple[str, ...], silent: bool = False,
+           gray: dict[str, Any] | None = None) -> faults.Fault:
+    """`link A B` or `node N` (also `flap A B`) -> the fault it names; `gray`: link_fault's
+    loss/corrupt/rate arguments (a link only).
 
     A node or link the lab does not have is faults.FaultTargetError (exit 4), naming what it has."""
     kind, *rest = words or ("",)
+    gray = {k: v for k, v in (gray or {}).items() if v is not None}
+    if gray and kind != "link":
+        raise click.UsageError("--loss, --corrupt and --rate degrade one link: fail link A B --loss 1%")
     if kind in ("link", "flap") and len(rest) == 2:
-        return faults.link_fault(plan, rest[0], rest[1], silent)
+        return faults.link_fault(plan, rest[0], rest[1], silent, **gray)
     if kind == "node" and len(rest) == 1:
         return faults.node_fault(plan, rest[0], silent)
     raise click.UsageError(f"expected {USAGE}, got {' '.join(words) or 'nothing'}")
@@ -61,7 +66,9 @@ def _flap(plan: Plan, fault: faults.Fault, period_s: float, count: int,
 
 
 def _print(event: dict[str, Any]) -> None:
-    how = "silent: every frame dropped, carrier up" if event["silent"] else "carrier loss"
+    fault = faults.Fault.from_json(event)
+    how = ("gray: " + fault.describe().split(" (", 1)[1].rstrip(")") + ", link up" if fault.gray
+           else "silent: every frame dropped, carrier up" if event["silent"] else "carrier loss")
     if event["action"] == "flap":
         click.echo(f"flapped link {event['a']}-{event['b']} ({how}) {event['cycles']} times, "
                    f"period {event['period_s']:g} s, from {event['iso']}")
@@ -73,7 +80,10 @@ def _print(event: dict[str, Any]) -> None:
     ports = event["effects"]
     where = ", ".join(ports) if len(ports) <= 4 else f"{len(ports)} port ends"
     click.echo(f"failed {event['name']} ({how}: {where}) at {event['iso']}")
-    if "convergence" in event:
+    if "convergence" in event and fault.gray:
+        click.echo("routing unchanged: a gray link stays up and keeps its routes "
+                   "(`rocelab heal` lifts it)")
+    elif "convergence" in event:
         click.echo(describe(event["convergence"]))
 
 
@@ -95,6 +105,12 @@ TIMEOUT = click.FloatRange(min=0)
 @click.option("--silent", is_flag=True,
               help="Drop every frame on both ends but keep carrier (nftables): only BFD or the "
                    "BGP hold timer notice.")
+@click.option("--loss", metavar="PCT", help="Gray: drop this share of the frames, at random, in "
+              "each direction (1%, 0.1%); the link stays up.")
+@click.option("--corrupt", metavar="PCT", help="Gray: alter this share of the RoCE frames in "
+              "each direction, so the receiver's ICRC check fails and it drops them.")
+@click.option("--rate", metavar="SPEED", help="Gray: each end sends at most this (10G, 500M): a "
+              "degraded optic (HTB; not on a shaped lab).")
 @click.option("--period", default="2s", show_default=True, metavar="DURATION", callback=duration_option,
               help="flap: one down+up cycle (down for its first half).")
 @click.option("--count", default=5, show_default=True, type=click.IntRange(min=1), help="flap: cycles.")
@@ -102,8 +118,9 @@ TIMEOUT = click.FloatRange(min=0)
 @click.option("--timeout", default=30.0, show_default=True, type=TIMEOUT,
               help="Seconds to wait for convergence (exit 6 if it does not; the fault stays).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
-def command(name: str, what: tuple[str, ...], silent: bool, period: float, count: int,
-            no_wait: bool, timeout: float, as_json: bool) -> None:
+def command(name: str, what: tuple[str, ...], silent: bool, loss: str | None, corrupt: str | None,
+            rate: str | None, period: float, count: int, no_wait: bool, timeout: float,
+            as_json: bool) -> None:
     """Inject a fault: WHAT is `link A B`, `node N` or `flap A B`.
 
     \b
@@ -112,6 +129,9 @@ def command(name: str, what: tuple[str, ...], silent: bool, period: float, count
                        up; its leaf's end goes down)
     link A B --silent  every frame dropped on both ends, carrier stays up: only BFD
                        or the BGP hold timer notice
+    link A B --loss 1% --corrupt 0.5% --rate 10G
+                       gray: the link stays up and routed, but loses, corrupts or
+                       slows what crosses it (any of the three, both directions)
     node N             every link of router N fails that way (its FRR keeps running)
     flap A B           the link fails and heals --count times, --period per cycle
 
@@ -123,7 +143,8 @@ def command(name: str, what: tuple[str, ...], silent: bool, period: float, count
     """
     lab.require_root()
     plan = state.lab_plan(name)
-    fault = target(plan, what, silent)
+    gray = faults.gray_args(loss, corrupt, rate) if (loss or corrupt or rate) else None
+    fault = target(plan, what, silent, gray)
     if what[0] == "flap":
         event = _flap(plan, fault, period, count, timeout)
     else:

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import lab, state
+from .. import faults, lab, state
 from ..errors import ExitCode
 from ..status import lab_status, verdict
 
@@ -130,7 +130,10 @@ def _print_rest(st: dict[str, Any], console: Console) -> None:
                       + ("ok" if reach["ok"] else "; ".join(reach["problems"][:5])))
     for f in st.get("faults", []):
         since = f"since {f['iso']}" if f.get("iso") else "not recorded (found in the kernel)"
-        how = f"silent, {f['dropped_packets']} packets dropped" if f["silent"] else "carrier down"
+        fault = faults.Fault.from_json(f)
+        how = (fault.describe().split(" (", 1)[1].rstrip(")") + f", link up, {f['dropped_packets']} "
+               "packets hit" if fault.gray
+               else f"silent, {f['dropped_packets']} packets dropped" if f["silent"] else "carrier down")
         console.print(f"[yellow]active fault[/]: {f['name']} ({how}), {since}; "
                       f"`rocelab heal {st['lab']} {f['name'].replace('-', ' ', 1)}` lifts it",
                       soft_wrap=True)

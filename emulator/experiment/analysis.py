@@ -19,7 +19,7 @@ from ..units import Dilation, parse_duration
 from . import expect, traffic
 from .spec import Experiment
 
-COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx")  # per flow
+COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx", "bad_icrc")  # per flow
 Series = Sequence[tuple[float, float]]
 
 
@@ -157,6 +157,7 @@ class FlowSummary(TypedDict, total=False):
     naks_rx: int
     cnps_rx: int
     cnps_tx: int
+    bad_icrc: int  # datagrams dropped for a bad ICRC, both ends (a corrupting link)
     spines: list[str]
     rate_series: list[tuple[float, float]]  # (t, bit/s)
     handoffs: list[list[float]]  # repeated flows: [start, duration] of each transfer
@@ -362,6 +363,7 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
         "retransmitted_packets": r.get("retransmitted_packets", 0),  # COUNTERS, in order
         "timeouts": r.get("timeouts", 0), "naks_rx": r.get("naks_rx", 0),
         "cnps_rx": r.get("cnps_rx", 0), "cnps_tx": r.get("cnps_tx", 0),
+        "bad_icrc": r.get("bad_icrc", 0),
         "spines": sorted({q["spine"] for q in r.get("qps", []) if q.get("spine")}),
         "rate_series": rates(f.series),
         "interruption_s": None, "interruption_real_s": None, "interruption_from_s": None,

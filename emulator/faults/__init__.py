@@ -11,6 +11,8 @@
           that keeps its lasers on). The node's FRR daemons are left
           running; docs/faults.md says why.
     flap  a link failed and healed `count` times, one cycle per `period`.
+    gray  a link that stays up but loses, corrupts or slows what crosses it
+          (loss_pct, corrupt_pct, rate_bps on a link fault; see effects.py).
 
 The package, by concern:
     model     what a fault is, pure: its target, the links it cuts, its port effects
@@ -31,6 +33,7 @@ from .model import (
     HealEvent,
     after_state,
     effects_of,
+    gray_args,
     link_fault,
     links_of,
     node_fault,
@@ -48,6 +51,6 @@ from .recovery import (
 __all__ = [
     "Convergence", "Fault", "FaultError", "FaultEvent", "FaultKind", "FibWatcher", "FlapEvent",
     "HealEvent", "active", "after_state", "apply", "convergence", "effects_of", "events",
-    "expected_fib", "expected_forwarding", "fail", "fail_settled", "flap", "heal",
+    "expected_fib", "expected_forwarding", "fail", "fail_settled", "flap", "gray_args", "heal",
     "heal_settled", "link_fault", "links_of", "node_fault", "parse_action", "settle",
 ]

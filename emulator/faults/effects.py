@@ -15,7 +15,24 @@ Two effects, each on one port of one lab node:
         keepalives, BFD, ND/ARP and data all vanish, in both directions, and
         whether forwarded or addressed to the router.
 
-Both live in the kernel, so the effects in force can always be read back
+Three gray effects degrade a port that stays up (routing keeps the link):
+
+  LOSS     a share of the frames arriving on the port dropped at random: a
+           netdev ingress chain `loss_<port>`, `numgen random` against the
+           share in millionths;
+  CORRUPT  a share of the RoCE frames arriving on the port altered: chain
+           `corrupt_<port>` rewrites the BTH partition key (an invariant
+           field the ICRC covers) to 0, so the receiver's ICRC check fails and
+           it drops the frame, as a NIC does a frame a bad optic garbled;
+  RATE     the port sends at most the rate: an HTB root qdisc (handle 1f:)
+           with one class at that rate, queueing what exceeds it as a link
+           that trained down to a lower speed does.
+
+The chains keep the share in their rule's comment, the qdisc its rate, so
+`scan` reads each effect back whole from the kernel. The kernel has no
+netem here, so no effect delays frames (docs/faults.md).
+
+All of them live in the kernel, so the effects in force can always be read back
 (`scan`) and undone even when the fault records are lost. Nothing here
 touches a namespace outside the lab's plan.
 """
@@ -33,12 +50,19 @@ from pyroute2 import IPRoute
 from .. import netns
 from ..plan import Node, Plan
 from ..realize import pin_neighbours
+from ..roce.headers import ROCE_UDP_PORT
 from .model import Effect, EffectKind, FaultError
 
 TABLE = "rocelab_fault"
 CHAIN_PREFIX = "in_"
+CHAINS = {EffectKind.DROP: CHAIN_PREFIX, EffectKind.LOSS: "loss_", EffectKind.CORRUPT: "corrupt_"}
+PRIORITY = {EffectKind.DROP: -500, EffectKind.LOSS: -490, EffectKind.CORRUPT: -480}
 IFF_UP = 0x1
+TC_H_ROOT = 0xFFFFFFFF
 NFT_TIMEOUT_S = 10.0
+RATE_HANDLE = 0x1F0000  # the gray RATE effect's HTB root qdisc (1f:); its class is 1f:1
+PKEY_BITS = 80  # the BTH partition key: bits 80-95 after the UDP header's start
+MILLION = 1_000_000
 
 
 def _by_node(effects: Iterable[Effect]) -> dict[str, list[Effect]]:
@@ -62,12 +86,50 @@ def _nft_script(node: Node, script: str) -> None:
         raise FaultError(f"nft on {node.name} failed: {res.stderr.strip()}")
 
 
-def _drop_ruleset(ports: list[str]) -> str:
+def _rule(e: Effect) -> str:
+    if e.kind is EffectKind.DROP:
+        return "counter drop"
+    share = round(float(e.value) / 100 * MILLION)
+    sample = f"numgen random mod {MILLION} < {share}"
+    if e.kind is EffectKind.LOSS:
+        return f'{sample} counter drop comment "{e.value}"'
+    return (f'udp dport {ROCE_UDP_PORT} {sample} @th,{PKEY_BITS},16 set 0x0 counter '
+            f'comment "{e.value}"')
+
+
+def _ruleset(effects: list[Effect]) -> str:
     chains = "".join(
-        f" chain {CHAIN_PREFIX}{p} {{\n"
-        f"  type filter hook ingress device \"{p}\" priority -500; policy accept;\n"
-        f"  counter drop\n }}\n" for p in ports)
+        f" chain {CHAINS[e.kind]}{e.port} {{\n"
+        f"  type filter hook ingress device \"{e.port}\" priority {PRIORITY[e.kind]}; policy accept;\n"
+        f"  {_rule(e)}\n }}\n" for e in effects)
     return f"table netdev {TABLE} {{\n{chains}}}\n"
+
+
+def _set_rates(node: Node, effects: list[Effect]) -> None:
+    with netns.entered(node.netns), IPRoute() as ipr:
+        for e in effects:
+            index = _index(ipr, node, e.port)
+            if any(q["parent"] == TC_H_ROOT and q.get_attr("TCA_KIND") != "noqueue"
+                   for q in ipr.get_qdiscs(index=index)):
+                raise FaultError(f"rate: {node.name}:{e.port} already has a root qdisc "
+                                 "(shaped by the lab, or by hand); nothing was changed")
+            rate = f"{int(e.value)}bit"
+            ipr.tc("add", "htb", index, RATE_HANDLE, default=1)
+            ipr.tc("add-class", "htb", index, RATE_HANDLE | 1, parent=RATE_HANDLE, rate=rate,
+                   ceil=rate)
+
+
+def _clear_rates(node: Node, ports: list[str]) -> None:
+    with netns.entered(node.netns), IPRoute() as ipr:
+        for port in ports:
+            ipr.tc("del", "htb", _index(ipr, node, port), RATE_HANDLE)
+
+
+def _index(ipr: IPRoute, node: Node, port: str) -> int:
+    index = ipr.link_lookup(ifname=port)
+    if not index:
+        raise FaultError(f"{node.name} has no port {port}")
+    return int(index[0])
 
 
 def _set_ports(plan: Plan, node: Node, ports: list[str], state: str) -> None:
@@ -87,9 +149,12 @@ def apply(plan: Plan, effects: Iterable[Effect]) -> None:
     """Put effects in force (idempotent: an effect already there stays as it is)."""
     def one(item: tuple[str, list[Effect]]) -> None:
         node = plan.node(item[0])
-        drops = [e.port for e in item[1] if e.kind is EffectKind.DROP]
-        if drops:
-            _nft_script(node, _drop_ruleset(drops))
+        chains = [e for e in item[1] if e.kind in CHAINS]
+        if chains:
+            _nft_script(node, _ruleset(chains))
+        rates = [e for e in item[1] if e.kind is EffectKind.RATE]
+        if rates:
+            _set_rates(node, rates)
         downs = [e.port for e in item[1] if e.kind is EffectKind.DOWN]
         if downs:
             _set_ports(plan, node, downs, "down")
@@ -101,12 +166,15 @@ def undo(plan: Plan, effects: Iterable[Effect], present: set[Effect]) -> None:
     """Lift effects that are in force (`present`, from `scan`); others are ignored."""
     def one(item: tuple[str, list[Effect]]) -> None:
         node = plan.node(item[0])
-        drops = [e for e in item[1] if e.kind is EffectKind.DROP]
+        drops = [e for e in item[1] if e.kind in CHAINS]
         if drops:
-            rest = {e for e in present if e.node == node.name and e.kind is EffectKind.DROP}
+            rest = {e for e in present if e.node == node.name and e.kind in CHAINS}
             _nft_script(node, f"delete table netdev {TABLE}\n" if rest <= set(drops) else "".join(
-                f"flush chain netdev {TABLE} {CHAIN_PREFIX}{e.port}\n"
-                f"delete chain netdev {TABLE} {CHAIN_PREFIX}{e.port}\n" for e in drops))
+                f"flush chain netdev {TABLE} {CHAINS[e.kind]}{e.port}\n"
+                f"delete chain netdev {TABLE} {CHAINS[e.kind]}{e.port}\n" for e in drops))
+        rates = [e.port for e in item[1] if e.kind is EffectKind.RATE]
+        if rates:
+            _clear_rates(node, rates)
         downs = [e.port for e in item[1] if e.kind is EffectKind.DOWN]
         if downs:
             _set_ports(plan, node, downs, "up")
@@ -123,16 +191,48 @@ def _drops_in(node: Node) -> dict[Effect, int]:
         if "No such file or directory" in res.stderr:  # no table: no silent fault here
             return {}
         raise FaultError(f"nft on {node.name} failed: {res.stderr.strip()}")
+    return parse_chains(node.name, json.loads(res.stdout).get("nftables", []))
+
+
+def parse_chains(node: str, items: list[dict[str, object]]) -> dict[Effect, int]:
+    """`nft -j list table` items -> the chain effects they hold and their packet counters
+    (a rule's comment carries a gray effect's share). Pure."""
     out: dict[Effect, int] = {}
-    for item in json.loads(res.stdout).get("nftables", []):
-        chain = item.get("chain") or {}
-        rule = item.get("rule") or {}
-        name = chain.get("name") or rule.get("chain") or ""
-        if not name.startswith(CHAIN_PREFIX):
+    values: dict[str, str] = {}
+    for item in items:
+        rule = item.get("rule")
+        if isinstance(rule, dict) and rule.get("comment"):
+            values[str(rule["chain"])] = str(rule["comment"])
+    for item in items:
+        chain, rule = item.get("chain"), item.get("rule")
+        name = str((chain or {}).get("name") or (rule or {}).get("chain") or "")  # type: ignore[union-attr]
+        kind = next((k for k, prefix in CHAINS.items() if name.startswith(prefix)), None)
+        if kind is None:
             continue
-        effect = Effect(EffectKind.DROP, node.name, name[len(CHAIN_PREFIX):])
-        packets = sum(e["counter"]["packets"] for e in rule.get("expr", []) if "counter" in e)
+        effect = Effect(kind, node, name[len(CHAINS[kind]):], values.get(name, ""))
+        exprs = (rule or {}).get("expr", [])  # type: ignore[union-attr]
+        packets = sum(e["counter"]["packets"] for e in exprs if "counter" in e)  # type: ignore[index,operator,union-attr]
         out[effect] = out.get(effect, 0) + packets
+    return out
+
+
+def _rates_in(node: Node) -> dict[Effect, int]:
+    """RATE effects: ports with the gray HTB root (1f:), at their class's rate."""
+    ports = {i.name for i in node.interfaces}
+    out: dict[Effect, int] = {}
+    with netns.entered(node.netns), IPRoute() as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        for q in ipr.get_qdiscs():
+            if q["handle"] != RATE_HANDLE or q.get_attr("TCA_KIND") != "htb":
+                continue
+            port = names.get(q["index"])
+            if port not in ports:
+                continue
+            for c in ipr.get_classes(index=q["index"]):
+                if c["handle"] == RATE_HANDLE | 1:
+                    opts = c.get_attr("TCA_OPTIONS")
+                    byte_rate = opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]
+                    out[Effect(EffectKind.RATE, node.name, port, str(byte_rate * 8))] = 0
     return out
 
 
@@ -151,7 +251,7 @@ def scan(plan: Plan) -> dict[Effect, int]:
     def one(node: Node) -> dict[Effect, int]:
         if not netns.exists(node.netns):
             return {}
-        return _drops_in(node) | (_downs_in(node) if node.is_router else {})
+        return _drops_in(node) | _rates_in(node) | (_downs_in(node) if node.is_router else {})
 
     found: dict[Effect, int] = {}
     for part in netns.parallel(one, plan.nodes):

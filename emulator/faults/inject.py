@@ -32,6 +32,7 @@ from .model import (
     HealEvent,
     after_state,
     effects_of,
+    gray_args,
     link_fault,
     node_fault,
 )
@@ -78,7 +79,9 @@ def _derive(plan: Plan, left: set[Effect]) -> list[Fault]:
                 left -= effects_of(plan, f)
     for e in sorted(left):
         peer = next(i.peer for i in plan.node(e.node).interfaces if i.name == e.port)
-        f = link_fault(plan, e.node, peer, silent=e.kind is EffectKind.DROP)
+        gray = {EffectKind.LOSS: "loss", EffectKind.CORRUPT: "corrupt", EffectKind.RATE: "rate"}
+        f = link_fault(plan, e.node, peer, silent=e.kind is EffectKind.DROP, **gray_args(
+            **{k: e.value if e.kind is kind else None for kind, k in gray.items()}))
         if not any(f.same_target(g) for g in found):
             found.append(f)
     return found
@@ -180,7 +183,7 @@ def flap(plan: Plan, fault: Fault, period_s: float, count: int,
             "transitions": transitions}
 
 
-_FAIL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"},
+_FAIL_KEYS = {"link": {"a", "b", "silent", "loss", "corrupt", "rate"}, "node": {"node", "silent"},
               "flap": {"a", "b", "silent", "period", "period_s", "count"}}
 _HEAL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"}, "all": set()}
 
@@ -206,7 +209,8 @@ def parse_action(plan: Plan, action: dict[str, Any]) -> tuple[str, str, Fault | 
             return verb, what, None
         if what == "node":
             return verb, what, node_fault(plan, action["node"], silent)
-        return verb, what, link_fault(plan, action["a"], action["b"], silent)
+        gray = gray_args(action.get("loss"), action.get("corrupt"), action.get("rate"))
+        return verb, what, link_fault(plan, action["a"], action["b"], silent, **gray)
     except KeyError as e:
         raise FaultError(f"{verb} {what}: missing key {e}") from None
 
@@ -215,6 +219,7 @@ def apply(plan: Plan, action: dict[str, Any]) -> FaultEvent | HealEvent | FlapEv
     """Run one action of an experiment file; return its recorded event.
 
     {"fail": "link", "a": "leaf1", "b": "spine2", "silent": false}
+    {"fail": "link", "a": "leaf1", "b": "spine2", "loss": "1%"}        (gray: also corrupt, rate)
     {"fail": "node", "node": "spine2", "silent": false}
     {"fail": "flap", "a": "leaf1", "b": "spine1", "period": "2s", "count": 5}   (blocks)
     {"heal": "link", "a": "leaf1", "b": "spine2"} | {"heal": "node", "node": "spine2"}

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, TypedDict
 
 from ..errors import ExitCode, NodeNotFoundError, RocelabError
 from ..plan import Node, Plan
+from ..units import UnitError, parse_percent, parse_speed
 
 
 class FaultError(RocelabError):
@@ -31,15 +32,23 @@ class FaultTargetError(FaultError, NodeNotFoundError):
 class EffectKind(str, Enum):
     DOWN = "down"
     DROP = "drop"
+    LOSS = "loss"  # gray: a share of the frames arriving on the port dropped at random
+    CORRUPT = "corrupt"  # gray: a share of the RoCE frames arriving altered (bad ICRC)
+    RATE = "rate"  # gray: the port sends at most `value` bits per second
+
+
+GRAY = (EffectKind.LOSS, EffectKind.CORRUPT, EffectKind.RATE)
 
 
 class Effect(NamedTuple):
     kind: EffectKind
     node: str
     port: str
+    value: str = ""  # gray effects: the percentage ("1.5") or the rate in bit/s
 
     def __str__(self) -> str:
-        return f"{self.kind.value} {self.node}:{self.port}"
+        how = f" {self.value}{'%' if self.kind is not EffectKind.RATE else ' bit/s'}" if self.value else ""
+        return f"{self.kind.value} {self.node}:{self.port}{how}"
 
 
 class FaultKind(str, Enum):
@@ -53,20 +62,40 @@ class Fault:
     a: str  # link: the first end named (the leaf if a host was named first); node: the node
     b: str | None = None  # link: the other end
     silent: bool = False
+    # A gray link fault (the link stays up, routing keeps it): any of these, on both ends.
+    loss_pct: float | None = None  # frames dropped at random, in each direction
+    corrupt_pct: float | None = None  # RoCE frames altered in flight: the receiver's ICRC fails
+    rate_bps: int | None = None  # each end sends at most this (a degraded optic)
+
+    @property
+    def gray(self) -> bool:
+        return any(v is not None for v in (self.loss_pct, self.corrupt_pct, self.rate_bps))
 
     @property
     def name(self) -> str:
         return f"link {self.a}-{self.b}" if self.kind is FaultKind.LINK else f"node {self.a}"
 
+    def describe(self) -> str:
+        """The name and, for a gray fault, what it does: "link leaf1-spine1 (loss 1%)"."""
+        parts = [f"loss {_pct(self.loss_pct)}%" if self.loss_pct is not None else "",
+                 f"corrupt {_pct(self.corrupt_pct)}%" if self.corrupt_pct is not None else "",
+                 f"rate {self.rate_bps / 1e6:g} Mbit/s" if self.rate_bps is not None else "",
+                 "silent" if self.silent else ""]
+        how = ", ".join(p for p in parts if p)
+        return f"{self.name} ({how})" if how else self.name
+
     def to_json(self) -> dict[str, Any]:
         where = {"a": self.a, "b": self.b} if self.kind is FaultKind.LINK else {"node": self.a}
-        return {"fault": self.kind.value, **where, "silent": self.silent}
+        gray = {k: v for k, v in (("loss_pct", self.loss_pct), ("corrupt_pct", self.corrupt_pct),
+                                  ("rate_bps", self.rate_bps)) if v is not None}
+        return {"fault": self.kind.value, **where, "silent": self.silent} | gray
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Fault:
         kind = FaultKind(d["fault"])
         a = d["a"] if kind is FaultKind.LINK else d["node"]
-        return cls(kind, a, d.get("b"), bool(d.get("silent", False)))
+        return cls(kind, a, d.get("b"), bool(d.get("silent", False)), d.get("loss_pct"),
+                   d.get("corrupt_pct"), d.get("rate_bps"))
 
     def same_target(self, other: Fault) -> bool:
         return self.kind is other.kind and {self.a, self.b} == {other.a, other.b}
@@ -142,13 +171,31 @@ class FlapEvent(_Stamp, total=False):
     convergence: list[Convergence]
 
 
-def link_fault(plan: Plan, a: str, b: str, silent: bool = False) -> Fault:
-    """The fault on the link a-b (named leaf first when a is a host)."""
+def link_fault(plan: Plan, a: str, b: str, silent: bool = False, loss_pct: float | None = None,
+               corrupt_pct: float | None = None, rate_bps: int | None = None) -> Fault:
+    """The fault on the link a-b (named leaf first when a is a host); gray with any of
+    loss_pct, corrupt_pct (0 < p <= 100) or rate_bps (> 0), which exclude `silent`."""
     na, _ = _node(plan, a, plan.nodes), _node(plan, b, plan.nodes)
     peers = [i.peer for i in na.interfaces]
     if b not in peers:
         raise FaultTargetError(f"lab {plan.lab} has no link {a}-{b}; {a} is linked to {', '.join(peers)}")
-    return Fault(FaultKind.LINK, *((b, a) if not na.is_router else (a, b)), silent=silent)
+    for field, pct in (("loss", loss_pct), ("corrupt", corrupt_pct)):
+        if pct is not None and not 0 < pct <= 100:
+            raise FaultError(f"{field}: a percentage above 0 and at most 100 (got {pct:g})")
+    if rate_bps is not None and rate_bps < 8:
+        raise FaultError(f"rate: a speed above 0 such as 10G or 500M (got {rate_bps})")
+    if rate_bps is not None:
+        rate_bps -= rate_bps % 8  # the kernel keeps bytes per second
+    fault = Fault(FaultKind.LINK, *((b, a) if not na.is_router else (a, b)), silent=silent,
+                  loss_pct=loss_pct, corrupt_pct=corrupt_pct, rate_bps=rate_bps)
+    if fault.gray and silent:
+        raise FaultError("silent: a silent fault drops every frame; loss, corrupt and rate "
+                         "degrade a link that stays up -- give one or the other")
+    if rate_bps is not None and plan.congestion:
+        raise FaultError(f"rate: lab {plan.lab} is shaped (congestion:), and its ports' rates "
+                         "belong to its congestion plane; give the link a lower speed in "
+                         "links.per_link instead")
+    return fault
 
 
 def node_fault(plan: Plan, name: str, silent: bool = False) -> Fault:
@@ -183,8 +230,42 @@ def links_of(plan: Plan, fault: Fault) -> list[tuple[str, str]]:
     return [(fault.a, i.peer) for i in plan.node(fault.a).interfaces]
 
 
+def gray_args(loss: str | float | None, corrupt: str | float | None,
+              rate: str | None) -> dict[str, Any]:
+    """link_fault's gray keyword arguments from user text ("1%", "0.5", "10G"); FaultError
+    naming the field."""
+    try:
+        return {"loss_pct": None if loss is None else parse_percent(loss, "loss"),
+                "corrupt_pct": None if corrupt is None else parse_percent(corrupt, "corrupt"),
+                "rate_bps": None if rate is None else parse_speed(rate, "rate")}
+    except UnitError as e:
+        raise FaultError(str(e)) from None
+
+
+def gray_effects(fault: Fault) -> list[tuple[EffectKind, str]]:
+    """(kind, value) of a gray fault's effects, on each end of its link."""
+    out = []
+    if fault.loss_pct is not None:
+        out.append((EffectKind.LOSS, _pct(fault.loss_pct)))
+    if fault.corrupt_pct is not None:
+        out.append((EffectKind.CORRUPT, _pct(fault.corrupt_pct)))
+    if fault.rate_bps is not None:
+        out.append((EffectKind.RATE, str(fault.rate_bps)))
+    return out
+
+
+def _pct(p: float) -> str:
+    return f"{p:g}"
+
+
 def effects_of(plan: Plan, fault: Fault) -> set[Effect]:
-    """Both ends of every link the fault cuts: DROP (silent), or DOWN on the router ends."""
+    """Both ends of every link the fault cuts: DROP (silent), or DOWN on the router ends;
+    a gray fault's effects on both ends of its link (hosts too)."""
+    if fault.gray:
+        a, b = fault.a, fault.b or ""
+        return {Effect(kind, node, port, value) for kind, value in gray_effects(fault)
+                for port_a in plan.node(a).ports_to(b)
+                for node, port in ((a, port_a.name), (b, port_a.peer_ifname))}
     kind = EffectKind.DROP if fault.silent else EffectKind.DOWN
     out = set()
     for a, b in set(links_of(plan, fault)):
@@ -200,10 +281,12 @@ def after_state(plan: Plan, faults: list[Fault]) -> AfterState:
     link keeps its connected route, so it does not count) and failed nodes."""
     cut = set()
     for f in faults:
+        if f.gray:  # the link stays up and routing keeps it
+            continue
         for a, b in links_of(plan, f):
             fabric = plan.node(a).is_router and plan.node(b).is_router
             if fabric or not f.silent:
                 cut.add(tuple(sorted((a, b))))
-    return {"faults": [f.name + (" (silent)" if f.silent else "") for f in faults],
+    return {"faults": [f.describe() for f in faults],
             "cut_links": [list(c) for c in sorted(cut)],
             "failed_nodes": sorted(f.a for f in faults if f.kind is FaultKind.NODE)}

@@ -184,3 +184,60 @@ def test_heal_action_and_report_table():
 ])
 def test_a_session_has_heard_its_peer_only_when_the_read_is_provably_after(entry, elapsed, heard):
     assert converge.heard_since(entry, elapsed) is heard
+
+
+# -- gray link faults (issue 16) --------------------------------------------------------------
+
+def test_a_gray_fault_degrades_both_ends_and_cuts_nothing():
+    from emulator.faults.model import Effect, EffectKind, after_state, effects_of, link_fault
+    plan = load_topology("topologies/clos-2x4.yaml")[1]
+    f = link_fault(plan, "prefill1", "leaf1", loss_pct=1.5, rate_bps=100_000_003)
+    assert (f.a, f.b, f.gray) == ("leaf1", "prefill1", True)  # leaf first; rate in whole bytes
+    assert effects_of(plan, f) == {
+        Effect(EffectKind.LOSS, "leaf1", "prefill1", "1.5"), Effect(EffectKind.LOSS, "prefill1", "eth0", "1.5"),
+        Effect(EffectKind.RATE, "leaf1", "prefill1", "100000000"),
+        Effect(EffectKind.RATE, "prefill1", "eth0", "100000000")}
+    assert after_state(plan, [f])["cut_links"] == []
+    assert f.describe() == "link leaf1-prefill1 (loss 1.5%, rate 100 Mbit/s)"
+    assert type(f).from_json(f.to_json()) == f
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"loss": "0%"}, "loss: must be above 0%"), ({"corrupt": "101"}, "corrupt: must be above 0%"),
+    ({"rate": "1 lightyear"}, "rate:"), ({"loss": "abc"}, "loss: 'abc' is not a percentage")])
+def test_gray_arguments_are_checked_naming_the_field(kwargs, message):
+    from emulator.faults.model import FaultError, gray_args
+    with pytest.raises(FaultError, match=message):
+        gray_args(**({"loss": None, "corrupt": None, "rate": None} | kwargs))
+
+
+def test_gray_faults_refuse_silent_and_a_shaped_labs_rate():
+    from emulator.faults.model import FaultError, link_fault
+    plan = load_topology("topologies/clos-2x4.yaml")[1]
+    with pytest.raises(FaultError, match="silent:"):
+        link_fault(plan, "leaf1", "spine1", silent=True, loss_pct=1)
+    shaped = load_topology("topologies/clos-2x4-cc.yaml")[1]
+    with pytest.raises(FaultError, match="rate: lab .* is shaped"):
+        link_fault(shaped, "leaf1", "spine1", rate_bps=10**9)
+
+
+def test_an_experiment_action_can_degrade_a_link():
+    from emulator.faults import parse_action
+    plan = load_topology("topologies/clos-2x4.yaml")[1]
+    verb, what, f = parse_action(plan, {"fail": "link", "a": "leaf1", "b": "spine1", "corrupt": "0.5%"})
+    assert (verb, what, f.corrupt_pct) == ("fail", "link", 0.5)
+
+
+def test_chain_effects_are_read_back_with_their_share_and_counters():
+    from emulator.faults.effects import _ruleset, parse_chains
+    from emulator.faults.model import Effect, EffectKind
+    loss = Effect(EffectKind.LOSS, "leaf1", "spine1", "2")
+    assert 'numgen random mod 1000000 < 20000 counter drop comment "2"' in _ruleset([loss])
+    corrupt = _ruleset([Effect(EffectKind.CORRUPT, "leaf1", "spine1", "0.5")])
+    assert "udp dport 4791" in corrupt and "@th,80,16 set 0x0" in corrupt and "< 5000" in corrupt
+    items = [{"chain": {"name": "loss_spine1"}}, {"chain": {"name": "in_spine2"}},
+             {"rule": {"chain": "loss_spine1", "comment": "2",
+                       "expr": [{"counter": {"packets": 7, "bytes": 1}}, {"drop": None}]}},
+             {"rule": {"chain": "in_spine2", "expr": [{"counter": {"packets": 3, "bytes": 1}}]}},
+             {"chain": {"name": "other"}}]
+    assert parse_chains("leaf1", items) == {loss: 7, Effect(EffectKind.DROP, "leaf1", "spine2"): 3}

@@ -1,0 +1,88 @@
+"""Gray failures (issue 16): a link that stays up but loses, corrupts or slows frames has a
+measured effect on a KV transfer, `heal` removes it, and the same works from an experiment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from emulator import faults, state
+
+from .conftest import PREFIX, cli, make_lab
+
+LINK = ("leaf1", "prefill1")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}gray")
+
+
+def transfer(lab) -> dict:
+    return json.loads(cli("transfer", lab.name, "--src", "prefill1", "--dst", "decode1",
+                          "--size", "16MiB", "--qps", "4", "--json", timeout=240).stdout)
+
+
+def effects(lab) -> set:
+    return set(faults.effects.scan(state.lab_plan(lab.name)))
+
+
+def test_loss_makes_roce_retransmit_and_heal_takes_it_away(lab):
+    clean = transfer(lab)
+    assert clean["retransmitted_packets"] == 0 and clean["integrity_ok"]
+    out = cli("fail", lab.name, "link", *LINK, "--loss", "5%").stdout
+    assert "gray: loss 5%" in out and "routing unchanged" in out
+    st = json.loads(cli("status", lab.name, "--json", check=False).stdout)
+    (f,) = st["faults"]
+    assert f["loss_pct"] == 5 and not st["healthy"]
+    lossy = transfer(lab)
+    assert lossy["integrity_ok"] and lossy["retransmitted_packets"] > 0
+    assert lossy["goodput_gbps"] < clean["goodput_gbps"]
+    hit = json.loads(cli("status", lab.name, "--json", check=False).stdout)["faults"][0]
+    assert hit["dropped_packets"] > 0  # the chain's own counter: frames it dropped
+    cli("heal", lab.name, "link", *LINK)
+    assert not effects(lab)
+    assert transfer(lab)["retransmitted_packets"] == 0
+
+
+def test_corruption_is_seen_as_bad_icrc_and_heal_takes_it_away(lab):
+    cli("fail", lab.name, "link", *LINK, "--corrupt", "5%")
+    bad = transfer(lab)
+    assert bad["integrity_ok"] and bad["bad_icrc"] > 0 and bad["retransmitted_packets"] > 0
+    cli("heal", lab.name, "link", *LINK)
+    assert not effects(lab)
+    assert transfer(lab)["bad_icrc"] == 0
+
+
+def test_a_degraded_optic_caps_goodput_and_heal_restores_it(lab):
+    cli("fail", lab.name, "link", *LINK, "--rate", "200M")
+    qdisc = subprocess.run(["tc", "-n", f"{lab.name}-leaf1", "-j", "qdisc", "show", "dev", "prefill1"],
+                           capture_output=True, text=True, check=True).stdout
+    assert any(q["kind"] == "htb" and q["handle"] == "1f:" for q in json.loads(qdisc))
+    slow = transfer(lab)
+    assert slow["integrity_ok"] and slow["goodput_gbps"] < 0.2  # 200 Mbit/s at most
+    cli("heal", lab.name, "link", *LINK)
+    assert not effects(lab)
+    assert transfer(lab)["goodput_gbps"] > 0.5
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--loss", "150%"], "loss"), (["--corrupt", "x"], "corrupt"), (["--rate", "fast"], "rate"),
+    (["--loss", "1%", "--silent"], "silent")])
+def test_bad_gray_arguments_get_one_line_naming_the_field_and_change_nothing(lab, args, field):
+    res = cli("fail", lab.name, "link", *LINK, *args, check=False)
+    assert res.returncode != 0 and res.stderr.strip().count("\n") == 0
+    assert f"{field}:" in res.stderr or f"--{field}" in res.stderr
+    assert not effects(lab)
+
+
+def test_gray_faults_in_an_experiment(tmp_path):
+    """experiments/gray-link.yaml: its expect block holds (loss retransmits, corruption shows
+    as bad ICRC, the slow link doubles the handoff p50), and nothing stays failed."""
+    out = tmp_path / "gray"
+    cli("run", "experiments/gray-link.yaml", "--name", f"{PREFIX}grayx", "--out", str(out), timeout=300)
+    flows = {f["name"]: f for f in json.loads((out / "results.json").read_text())["flows"]}
+    assert flows["corrupt"]["bad_icrc"] > 0 and flows["clean"]["bad_icrc"] == 0
+    assert flows["loss"]["retransmitted_packets"] > 0
