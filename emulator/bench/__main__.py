@@ -10,10 +10,10 @@ import time
 
 import click
 
-from . import congestion, engine, fabric, faults, l2
+from . import congestion, engine, fabric, faults, l2, scale
 
 SECTIONS = {"fabric": fabric.run, "engine": engine.run, "faults": faults.run,
-            "congestion": congestion.run, "l2": l2.run}
+            "congestion": congestion.run, "l2": l2.run, "scale": scale.run}
 
 
 @click.command()

@@ -20,7 +20,7 @@ def test_converges_with_ecmp_and_full_reachability(fixture, request):
     leaves = [r for r in st["routers"] if r["kind"] == "leaf"]
     assert len(leaves) == 4 and all(r["ecmp_min"] == r["ecmp_max"] == 2 for r in leaves)
     assert all(r["sessions_up"] == r["sessions_configured"] > 0 for r in st["routers"])
-    assert st["reachability"] == {"ok": True, "problems": []}
+    assert st["reachability"] == {"ok": True, "problems": [], "pairs": 8 * 7, "full_mesh": True}
 
 
 def test_two_labs_run_side_by_side(clos_unnumbered, clos_numbered):

@@ -6,7 +6,7 @@ import pytest
 
 from emulator import converge, faults
 from emulator.faults import Fault, FaultError, FaultKind, impact, inject, recovery
-from emulator.faults.effects import _drop_ruleset
+from emulator.faults.effects import _ruleset
 from emulator.faults.model import Effect, EffectKind
 from emulator.lab import load_topology
 from emulator.units import parse_duration
@@ -161,7 +161,7 @@ def test_parse_duration(text, seconds):
 
 
 def test_drop_ruleset_is_one_ingress_chain_per_port():
-    text = _drop_ruleset(["spine2", "eth0"])
+    text = _ruleset([Effect(DROP, "leaf1", "spine2"), Effect(DROP, "leaf1", "eth0")])
     assert text.startswith("table netdev rocelab_fault {")
     assert 'chain in_spine2 {\n  type filter hook ingress device "spine2"' in text
     assert text.count("counter drop") == 2
@@ -189,12 +189,13 @@ def test_a_session_has_heard_its_peer_only_when_the_read_is_provably_after(entry
 # -- gray link faults (issue 16) --------------------------------------------------------------
 
 def test_a_gray_fault_degrades_both_ends_and_cuts_nothing():
-    from emulator.faults.model import Effect, EffectKind, after_state, effects_of, link_fault
+    from emulator.faults.model import after_state, effects_of, link_fault
     plan = load_topology("topologies/clos-2x4.yaml")[1]
     f = link_fault(plan, "prefill1", "leaf1", loss_pct=1.5, rate_bps=100_000_003)
     assert (f.a, f.b, f.gray) == ("leaf1", "prefill1", True)  # leaf first; rate in whole bytes
     assert effects_of(plan, f) == {
-        Effect(EffectKind.LOSS, "leaf1", "prefill1", "1.5"), Effect(EffectKind.LOSS, "prefill1", "eth0", "1.5"),
+        Effect(EffectKind.LOSS, "leaf1", "prefill1", "1.5"),
+        Effect(EffectKind.LOSS, "prefill1", "eth0", "1.5"),
         Effect(EffectKind.RATE, "leaf1", "prefill1", "100000000"),
         Effect(EffectKind.RATE, "prefill1", "eth0", "100000000")}
     assert after_state(plan, [f])["cut_links"] == []
@@ -204,7 +205,7 @@ def test_a_gray_fault_degrades_both_ends_and_cuts_nothing():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"loss": "0%"}, "loss: must be above 0%"), ({"corrupt": "101"}, "corrupt: must be above 0%"),
-    ({"rate": "1 lightyear"}, "rate:"), ({"loss": "abc"}, "loss: 'abc' is not a percentage")])
+    ({"rate": "1 lightyear"}, "rate:"), ({"loss": "abc"}, "loss: .*abc.* is not a percentage")])
 def test_gray_arguments_are_checked_naming_the_field(kwargs, message):
     from emulator.faults.model import FaultError, gray_args
     with pytest.raises(FaultError, match=message):
@@ -229,8 +230,7 @@ def test_an_experiment_action_can_degrade_a_link():
 
 
 def test_chain_effects_are_read_back_with_their_share_and_counters():
-    from emulator.faults.effects import _ruleset, parse_chains
-    from emulator.faults.model import Effect, EffectKind
+    from emulator.faults.effects import parse_chains
     loss = Effect(EffectKind.LOSS, "leaf1", "spine1", "2")
     assert 'numgen random mod 1000000 < 20000 counter drop comment "2"' in _ruleset([loss])
     corrupt = _ruleset([Effect(EffectKind.CORRUPT, "leaf1", "spine1", "0.5")])

@@ -63,9 +63,10 @@ def test_render_over_an_earlier_render_leaves_exactly_the_new_one(tmp_path, firs
     assert files_under(out) == expected(second)
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(
         {k.split("/")[0] for k in expected(second) if "/" in k})  # no empty node dirs either
-    first_line, *_, needs = res.stdout.strip().splitlines()
+    first_line, *_, needs, est = res.stdout.strip().splitlines()
     assert first_line == f"lab {second[:-5]}: wrote {len(expected(second))} files to {out}"
     assert needs.startswith("neighbour entries it needs: IPv4 ")  # the host budget (issue 15)
+    assert est.startswith("estimate: ") and " of memory; this machine has " in est  # issue 16
 
 
 def test_render_creates_a_new_directory_and_fills_an_empty_one(tmp_path):
