@@ -104,7 +104,6 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     frr.check_user_configs(plan, rendered)  # FRR's parser on the user's own config: exit 2
     _refuse_existing(plan)
     est = estimate.check(plan)  # exit 12 when the machine cannot hold it
-    progress(f"estimate: {est.summary()}")
     undo = contextlib.ExitStack()
     # the one host-wide change, asked for, recorded, undone at the last down -- or by the
     # rollback of this `up` when no other lab is left (registered first: runs last)
@@ -118,6 +117,7 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     except BaseException:
         undo.close()
         raise
+    progress(f"estimate: {est.summary()}")  # every check passed: a refusal stays one line
     marks = {"start": time.monotonic()}
     source = "<dict>" if isinstance(path, Mapping) else str(Path(path).resolve())
     record: dict[str, Any] = {"lab": plan.lab, "topology": source,
