@@ -309,8 +309,10 @@ def check_reach_hosts(hosts: list[Node], pairs: list[tuple[str, str]] | None = N
     return unreachable_pairs(hosts, timeout_s, pairs)
 
 
-def check_reach(plan: Plan, timeout_s: float = 1.0) -> CheckResult:
-    missing = unreachable_pairs(plan.hosts, timeout_s)
+def check_reach(plan: Plan, timeout_s: float = 1.0,
+                pairs: list[tuple[str, str]] | None = None) -> CheckResult:
+    """Hosts answer ICMP echo: the `pairs` given, else reach.probe_pairs."""
+    missing = unreachable_pairs(plan.hosts, timeout_s, pairs)
     return CheckResult("reach", not missing, [f"{s} cannot reach {d}" for s, d in missing])
 
 

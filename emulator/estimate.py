@@ -51,6 +51,11 @@ class Estimate:
         return f"{self.parts()}, about {_mb(self.memory_mb)} of memory"
 
 
+def fits(est: Estimate, available: int) -> bool:
+    """Does the estimated memory fit in HEADROOM of `available` MB?"""
+    return est.memory_mb <= available * HEADROOM
+
+
 def estimate(plan: Plan) -> Estimate:
     """The lab's size and memory (pure)."""
     routers = plan.frr_nodes
@@ -85,7 +90,7 @@ def check(plan: Plan, available: int | None = None, namespaces_left: int | None 
     """HostLimitError (exit 12) if the estimate does not fit the machine; the estimate."""
     est = estimate(plan)
     have = available_mb() if available is None else available
-    if est.memory_mb > have * HEADROOM:
+    if not fits(est, have):
         raise HostLimitError(
             f"lab {plan.lab} needs about {_mb(est.memory_mb)} of memory ({est.parts()}) but "
             f"this machine has {_mb(have)} available (rocelab uses at most "

@@ -198,8 +198,8 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
         x["converged"] for x in bridges + vnis)
     whole = converged and not active and all(r.ok for r in routers) and all(
         x["ok"] for x in bridges + vnis)
-    reach = converge.check_reach(plan, reach_timeout_s) if whole else None
-    pairs = len(probe_pairs(plan.hosts))
+    pairs = probe_pairs(plan.hosts)
+    reach = converge.check_reach(plan, reach_timeout_s, pairs) if whole else None
     return {
         "lab": plan.lab,
         "converged": converged,
@@ -215,8 +215,8 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
                   for h in plan.hosts],
         "rails": rail_traffic(plan),
         "reachability": None if reach is None else {
-            "ok": reach.ok, "problems": reach.problems, "pairs": pairs,
-            "full_mesh": pairs == len(plan.hosts) * (len(plan.hosts) - 1)},
+            "ok": reach.ok, "problems": reach.problems, "pairs": len(pairs),
+            "full_mesh": len(pairs) == len(plan.hosts) * (len(plan.hosts) - 1)},
         "faults": active,
         "shape": plan.shape(),
         "spines": len(plan.of_kind(Kind.SPINE)),

@@ -67,7 +67,7 @@ def _flap(plan: Plan, fault: faults.Fault, period_s: float, count: int,
 
 def _print(event: dict[str, Any]) -> None:
     fault = faults.Fault.from_json(event)
-    how = ("gray: " + fault.describe().split(" (", 1)[1].rstrip(")") + ", link up" if fault.gray
+    how = (f"gray: {fault.how()}, link up" if fault.gray
            else "silent: every frame dropped, carrier up" if event["silent"] else "carrier loss")
     if event["action"] == "flap":
         click.echo(f"flapped link {event['a']}-{event['b']} ({how}) {event['cycles']} times, "

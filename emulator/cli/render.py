@@ -47,13 +47,13 @@ def command(topology: str, out: str, name: str | None, templates: str | None, as
     files = render.write(rendered, Path(out))
     need, limit = neighbours.needed(plan), neighbours.limits()
     pinned = neighbours.pinned(plan)
-    est = estimate.estimate(plan)
+    est, available = estimate.estimate(plan), estimate.available_mb()
     ratios = plan.oversubscription()
     if as_json:
         click.echo(json.dumps({"lab": plan.lab, "out": str(out), "files": [str(f) for f in files],
                                "shape": plan.shape(), "oversubscription": ratios,
                                "neighbours": {"needed": need, "pinned": pinned, "host_limit": limit},
-                               "estimate": est.to_json() | {"available_mb": estimate.available_mb()}},
+                               "estimate": est.to_json() | {"available_mb": available}},
                               indent=2))
         return
     click.echo(f"lab {plan.lab}: wrote {len(files)} files to {out}")
@@ -64,7 +64,5 @@ def command(topology: str, out: str, name: str | None, templates: str | None, as
     click.echo(f"neighbour entries it needs: IPv4 {need['ipv4']}, IPv6 {need['ipv6']} "
                f"(this host's limit, for every lab together: {limit['ipv4']} and {limit['ipv6']}; "
                f"pinned, outside the limit: IPv4 {pinned['ipv4']}, IPv6 {pinned['ipv6']})")
-    fits = est.memory_mb <= estimate.available_mb() * estimate.HEADROOM
-    click.echo(f"estimate: {est.summary()}; this machine has "
-               f"{estimate.available_mb() / 1024:.1f} GB available"
-               + ("" if fits else " -- too little: `up` would refuse it"))
+    click.echo(f"estimate: {est.summary()}; this machine has {available / 1024:.1f} GB available"
+               + ("" if estimate.fits(est, available) else " -- too little: `up` would refuse it"))

@@ -131,8 +131,7 @@ def _print_rest(st: dict[str, Any], console: Console) -> None:
     for f in st.get("faults", []):
         since = f"since {f['iso']}" if f.get("iso") else "not recorded (found in the kernel)"
         fault = faults.Fault.from_json(f)
-        how = (fault.describe().split(" (", 1)[1].rstrip(")") + f", link up, {f['dropped_packets']} "
-               "packets hit" if fault.gray
+        how = (f"{fault.how()}, link up, {f['dropped_packets']} packets hit" if fault.gray
                else f"silent, {f['dropped_packets']} packets dropped" if f["silent"] else "carrier down")
         console.print(f"[yellow]active fault[/]: {f['name']} ({how}), {since}; "
                       f"`rocelab heal {st['lab']} {f['name'].replace('-', ' ', 1)}` lifts it",

@@ -137,10 +137,7 @@ def _set_ports(plan: Plan, node: Node, ports: list[str], state: str) -> None:
     (the kernel flushed them when it went down)."""
     with netns.entered(node.netns), IPRoute() as ipr:
         for port in ports:
-            index = ipr.link_lookup(ifname=port)
-            if not index:
-                raise FaultError(f"{node.name} has no port {port}")
-            ipr.link("set", index=index[0], state=state)
+            ipr.link("set", index=_index(ipr, node, port), state=state)
         if state == "up":
             pin_neighbours(ipr, plan, node, ports)
 
@@ -216,12 +213,18 @@ def parse_chains(node: str, items: list[dict[str, object]]) -> dict[Effect, int]
     return out
 
 
-def _rates_in(node: Node) -> dict[Effect, int]:
-    """RATE effects: ports with the gray HTB root (1f:), at their class's rate."""
+def _ports_in(node: Node) -> dict[Effect, int]:
+    """The effects on the node's ports themselves, from one netlink session: DOWN (router
+    ports administratively down) and RATE (the gray HTB root 1f:, at its class's rate)."""
     ports = {i.name for i in node.interfaces}
     out: dict[Effect, int] = {}
     with netns.entered(node.netns), IPRoute() as ipr:
-        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        links = ipr.get_links()
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in links}
+        if node.is_router:
+            out.update({Effect(EffectKind.DOWN, node.name, names[link["index"]]): 0
+                        for link in links
+                        if names[link["index"]] in ports and not link["flags"] & IFF_UP})
         for q in ipr.get_qdiscs():
             if q["handle"] != RATE_HANDLE or q.get_attr("TCA_KIND") != "htb":
                 continue
@@ -236,22 +239,12 @@ def _rates_in(node: Node) -> dict[Effect, int]:
     return out
 
 
-def _downs_in(node: Node) -> dict[Effect, int]:
-    """DOWN effects: router ports of the plan that are administratively down."""
-    ports = {i.name for i in node.interfaces}
-    with netns.entered(node.netns), IPRoute() as ipr:
-        links = ipr.get_links()
-    return {Effect(EffectKind.DOWN, node.name, link.get_attr("IFLA_IFNAME")): 0
-            for link in links
-            if link.get_attr("IFLA_IFNAME") in ports and not link["flags"] & IFF_UP}
-
-
 def scan(plan: Plan) -> dict[Effect, int]:
     """Every effect in force in the lab -> packets it dropped (0 for DOWN)."""
     def one(node: Node) -> dict[Effect, int]:
         if not netns.exists(node.netns):
             return {}
-        return _drops_in(node) | _rates_in(node) | (_downs_in(node) if node.is_router else {})
+        return _drops_in(node) | _ports_in(node)
 
     found: dict[Effect, int] = {}
     for part in netns.parallel(one, plan.nodes):

@@ -37,9 +37,6 @@ class EffectKind(str, Enum):
     RATE = "rate"  # gray: the port sends at most `value` bits per second
 
 
-GRAY = (EffectKind.LOSS, EffectKind.CORRUPT, EffectKind.RATE)
-
-
 class Effect(NamedTuple):
     kind: EffectKind
     node: str
@@ -75,14 +72,17 @@ class Fault:
     def name(self) -> str:
         return f"link {self.a}-{self.b}" if self.kind is FaultKind.LINK else f"node {self.a}"
 
-    def describe(self) -> str:
-        """The name and, for a gray fault, what it does: "link leaf1-spine1 (loss 1%)"."""
+    def how(self) -> str:
+        """What a gray or silent fault does, "loss 1%, rate 500 Mbit/s" ("": carrier loss)."""
         parts = [f"loss {_pct(self.loss_pct)}%" if self.loss_pct is not None else "",
                  f"corrupt {_pct(self.corrupt_pct)}%" if self.corrupt_pct is not None else "",
                  f"rate {self.rate_bps / 1e6:g} Mbit/s" if self.rate_bps is not None else "",
                  "silent" if self.silent else ""]
-        how = ", ".join(p for p in parts if p)
-        return f"{self.name} ({how})" if how else self.name
+        return ", ".join(p for p in parts if p)
+
+    def describe(self) -> str:
+        """The name and, for a gray or silent fault, what it does: "link leaf1-spine1 (loss 1%)"."""
+        return f"{self.name} ({self.how()})" if self.how() else self.name
 
     def to_json(self) -> dict[str, Any]:
         where = {"a": self.a, "b": self.b} if self.kind is FaultKind.LINK else {"node": self.a}
