@@ -23,7 +23,7 @@ class ExitCode(IntEnum):
     INTEGRITY_FAILED = 9  # a transfer completed but the bytes differ
     VALIDATION_FAILED = 10  # `validate`: a named check or a topology expectation failed
     EXPECTATION_FAILED = 11  # `run`: an `expect:` line, a flow or the lossless class failed
-    HOST_LIMIT = 12  # the host's shared limits (neighbour tables) would not hold the lab
+    HOST_LIMIT = 12  # the host would not hold the lab: neighbour tables, memory, namespaces
     USAGE = 64  # bad command line (sysexits EX_USAGE)
     INTERRUPTED = 130
 
