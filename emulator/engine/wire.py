@@ -20,7 +20,11 @@ class Channel:
         self.sock.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
 
     def recv(self) -> dict[str, Any]:
-        line = self._rfile.readline()
+        try:
+            line = self._rfile.readline()
+        except TimeoutError:  # the peer went quiet: name it, not the socket's bare "timed out"
+            raise EngineError(f"no reply from the peer within {self.sock.gettimeout():g} s "
+                              "(control connection over the fabric lost)") from None
         if not line:
             raise EngineError("control connection closed by peer")
         try:

@@ -123,7 +123,7 @@ def test_a_qp_over_its_retry_limit_is_reported_failed_never_hangs(fabric):
     res = impact.fault_impact(
         fabric.plan, {"fail": "link", "a": "leaf3", "b": "decode1", "silent": True},
         [pair(fabric, "prefill1", "decode1"), pair(fabric, "prefill3", "decode3")],
-        kv_job(qps=1, tokens=256), baseline=False)
+        kv_job(qps=1, tokens=1024), baseline=False)  # ~2 s: the fault lands mid-data
     dead, alive = res["flows"]
     assert dead["failed"] and "retry" in dead["error"], dead
     assert not alive["failed"] and alive["integrity_ok"] is True
