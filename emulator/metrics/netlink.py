@@ -26,11 +26,11 @@ NLA = struct.Struct("=HH")
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 RTM_GETLINK, RTM_GETQDISC, RTM_GETTCLASS = 18, 38, 42
-IFLA_IFNAME, IFLA_OPERSTATE, IFLA_STATS64 = 3, 16, 23
+IFLA_IFNAME, IFLA_MTU, IFLA_OPERSTATE, IFLA_STATS64 = 3, 4, 16, 23
 TCA_KIND, TCA_STATS2 = 1, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
 IF_OPER_UP = 6
-LINK_ATTRS = frozenset((IFLA_IFNAME, IFLA_OPERSTATE, IFLA_STATS64))
+LINK_ATTRS = frozenset((IFLA_IFNAME, IFLA_MTU, IFLA_OPERSTATE, IFLA_STATS64))
 TC_ATTRS = frozenset((TCA_KIND, TCA_STATS2))
 STATS64_FIELDS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors", "tx_errors",
                   "rx_dropped", "tx_dropped")
@@ -48,6 +48,7 @@ class Link:
     name: str
     oper_up: bool
     stats: dict[str, int]
+    mtu: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,9 @@ def parse_links(data: bytes) -> list[Link]:
         oper = a.get(IFLA_OPERSTATE)
         raw = a.get(IFLA_STATS64)
         stats = dict(zip(STATS64_FIELDS, struct.unpack_from("=8Q", raw))) if raw else {}
-        out.append(Link(index, name, bool(oper) and oper[0] == IF_OPER_UP, stats))
+        mtu = a.get(IFLA_MTU)
+        out.append(Link(index, name, bool(oper) and oper[0] == IF_OPER_UP, stats,
+                        struct.unpack_from("=I", mtu)[0] if mtu else 0))
     return out
 
 

@@ -1,7 +1,7 @@
 """Interface counters per node and port (bytes, packets, drops, errors, oper state).
 
 fetch: one RTM_GETLINK dump per node namespace (raw bytes).
-parse: the lab's ports only (not lo), from IFLA_STATS64.
+parse: the lab's ports only (not lo), from IFLA_STATS64; their oper state and MTU.
 """
 
 from __future__ import annotations
@@ -47,5 +47,8 @@ class Collector(Source):
                     fams.add(Kind.COUNTER, metric, help_, link.stats.get(field, 0), labels)
                 fams.add(Kind.GAUGE, "rocelab_interface_up",
                          "1 if the port is operationally up (carrier), else 0.", int(link.oper_up),
+                         labels)
+                fams.add(Kind.GAUGE, "rocelab_interface_mtu_bytes",
+                         "The port's MTU (IP bytes); both ends of a link must agree.", link.mtu,
                          labels)
         return fams.as_list()
