@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     VALIDATION_FAILED = 10  # `validate`: a named check or a topology expectation failed
     EXPECTATION_FAILED = 11  # `run`: an `expect:` line, a flow or the lossless class failed
     HOST_LIMIT = 12  # the host would not hold the lab: neighbour tables, memory, namespaces
+    FINDINGS = 13  # `diagnose`: a finding of severity warning or critical
     USAGE = 64  # bad command line (sysexits EX_USAGE)
     INTERRUPTED = 130
 

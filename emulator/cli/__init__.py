@@ -69,7 +69,7 @@ def main() -> None:
 
 # One module per command, in the order `rocelab --help` lists them.
 COMMANDS = ("up", "down", "status", "wait", "validate", "exec_", "render", "export", "save", "schema",
-            "transfer", "kv", "run", "check", "fail", "heal", "metrics", "top", "graph")
+            "transfer", "kv", "run", "check", "fail", "heal", "diagnose", "metrics", "top", "graph")
 
 
 def _register() -> None:

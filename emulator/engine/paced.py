@@ -75,4 +75,5 @@ class PacedQueuePair(QueuePair):
         if self.rp is None:
             return None
         return {"rate_bps": self.rp.rate, "target_bps": self.rp.rt, "alpha": self.rp.alpha,
-                "reductions": self.rp.reductions}
+                "reductions": self.rp.reductions, "lowest_bps": self.rp.lowest,
+                "line_bps": self.rp.line, "min_rate_bps": self.rp.p.min_rate}

@@ -167,6 +167,8 @@ class FlowSummary(TypedDict, total=False):
     interruption_real_s: float | None  # interruption_s / D
     interruption_from_s: float | None  # when that time began
     rx_gap_s: float | None  # the engine's: longest gap in in-order delivery on any receiving QP
+    qps: list[dict[str, Any]]  # per QP of every transfer: udp_sport, spine, rail, retransmits,
+    # NAKs, CNPs, bad ICRC and its DCQCN end state (None: DCQCN off); what `diagnose` reads
 
 
 class Summary(TypedDict):
@@ -203,6 +205,7 @@ class Results(TypedDict):
     summary: Summary
     traffic: traffic.Traffic | None  # kernel port counters (None: not recorded)
     measured: dict[str, Any]  # what a caller's measures added (runner.Measure), else {}
+    evidence: dict[str, Any] | None  # what `rocelab diagnose --results` reads (diagnose/evidence.py)
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,8 @@ class FlowRecord:
 def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[dict],
               events: list[dict], pfc0: dict, pfc1: dict,
               lossless_drops: int | None, counters: traffic.Recording | None = None,
-              measured: dict[str, Any] | None = None) -> Results:
+              measured: dict[str, Any] | None = None,
+              evidence: dict[str, Any] | None = None) -> Results:
     """results.json's content from a run's recordings (see docs/congestion.md for its keys)."""
     cp = plan.congestion
     flow_out = [flow_summary(f, plan.dilation) for f in flows]
@@ -272,6 +276,7 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
         "traffic": traffic.summarize(plan, counters, [(f.src, f.dst) for f in flows])
         if counters is not None else None,
         "measured": dict(measured or {}),
+        "evidence": evidence,
     }
     out["expectations"] = [expect.evaluate(dict(out), expect.parse(line)) for line in exp.expect]
     return out
@@ -365,6 +370,7 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
         "cnps_rx": r.get("cnps_rx", 0), "cnps_tx": r.get("cnps_tx", 0),
         "bad_icrc": r.get("bad_icrc", 0),
         "spines": sorted({q["spine"] for q in r.get("qps", []) if q.get("spine")}),
+        "qps": [qp_summary(q) for q in r.get("qps", [])],
         "rate_series": rates(f.series),
         "interruption_s": None, "interruption_real_s": None, "interruption_from_s": None,
         "rx_gap_s": r.get("interruption_s") if f.result is not None else None,
@@ -381,6 +387,18 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
         out["handoff_p50_s"] = round(percentile(durations, 50), 4) if durations else None
         out["handoff_p99_s"] = round(percentile(durations, 99), 4) if durations else None
     return out
+
+
+QP_KEYS = ("udp_sport", "spine", "rail", "retransmitted_packets", "naks_rx", "timeouts",
+           "cnps_rx", "cnps_tx", "bad_icrc")
+
+
+def qp_summary(q: dict[str, Any]) -> dict[str, Any]:
+    """One QP of a flow in results.json: its path and what went wrong on it."""
+    d = q.get("dcqcn")
+    return {**{k: q.get(k) for k in QP_KEYS},
+            "dcqcn": {k: d.get(k) for k in ("reductions", "lowest_bps", "line_bps", "min_rate_bps")}
+            if isinstance(d, dict) else None}
 
 
 def flow_interruption(f: FlowRecord) -> tuple[float, float] | None:

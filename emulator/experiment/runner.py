@@ -23,6 +23,7 @@ from ..congestion.qos import queue_drops
 from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import ConvergeTimeout, RocelabError, SpecError
+from ..metrics.snapshot import Snapshots, results_block
 from ..plan import Kind, Plan
 from ..spec import LAB_NAME, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
@@ -325,6 +326,8 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
                    | {plan.node(a.dcqcn["host"]) for a in exp.actions if a.kind == "dcqcn"},
                    key=lambda n: n.name)
     client.ensure_engines(plan, hosts)
+    snaps = Snapshots(plan)  # diagnose's evidence: the collectors' counters around the run
+    scrape0 = snaps.take()
     counters = PortCounters(plan, parse_duration(exp.sample_every))  # every port read: not timed
     t0 = counters.t0 = time.monotonic() + 0.2
     deadline = t0 + parse_duration(exp.duration)
@@ -335,6 +338,7 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
         f.pin()
     timeline = actions.Timeline(plan, exp.actions, t0, deadline)
     with contextlib.ExitStack() as stack:
+        stack.callback(snaps.close)
         stack.callback(counters.stop)  # idempotent: the sockets are closed on any error too
         ctx = FabricRun(label, plan.lab, plan, t0, timeline.events, progress)
         finishers = [f for f in (m(ctx) for m in measures) if f is not None]
@@ -355,6 +359,8 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
             _settle_last(plan, watcher, timeline.events, deadline, progress)
             _add_convergence(plan, timeline.events, watcher.samples)
         recorded = counters.stop()
+        evidence = results_block(plan, scrape0, snaps.take(), time.monotonic() - t0)
+        evidence["roce_mtu"] = max(f.job.mtu for f in flows) if flows else 4096
         measured: dict[str, Any] = {}
         for finish in finishers:
             measured.update(finish())
@@ -362,7 +368,7 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
     return analysis.summarize(exp, plan, [f.record(t0) for f in flows], ports, timeline.events,
                               pfc0, pfc_snapshot(plan),
                               lossless_drops(plan) if plan.congestion else None,
-                              counters=recorded, measured=measured)
+                              counters=recorded, measured=measured, evidence=evidence)
 
 
 def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

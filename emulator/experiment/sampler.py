@@ -12,7 +12,7 @@ from ..congestion.maps import StatsReader
 from ..paths import lab_run_dir
 from ..plan import Plan
 
-SERIES_KEYS = ("queued", "buffered", "ce_marked", "pause_tx", "tx_bytes", "rx_ce")
+SERIES_KEYS = ("queued", "buffered", "ce_marked", "pause_tx", "tx_bytes", "rx_ce", "ecn_capable")
 
 
 class Sampler(threading.Thread):
@@ -55,8 +55,7 @@ class Sampler(threading.Thread):
                         "max_queued": v["max_queued"], "max_buffered": v["max_buffered"],
                         **{k: v[k] - b[k] for k in ("tx_packets", "tx_bytes", "ce_marked",
                                                     "ecn_capable", "rx_ce", "pause_tx", "pause_rx")},
-                        "series": {k: series[k] for k in ("queued", "buffered", "tx_bytes",
-                                                          "ce_marked", "pause_tx")}})
+                        "series": {k: series[k] for k in SERIES_KEYS}})
         return out
 
 

@@ -145,6 +145,7 @@ class ReactionPoint:
         self.bytes = 0
         self.cnps = 0
         self.reductions = 0
+        self.lowest = self.line  # the lowest rate a cut reached (diagnose: a min rate too high)
         self._last_cnp = self._last_reduce = float("-inf")
         self._next_alpha = now + profile.alpha_period
         self._next_increase = now + profile.increase_timer
@@ -163,6 +164,7 @@ class ReactionPoint:
         if self.p.clamp_target or self.b_stage or (self.p.clamp_after_increase and self.t_stage):
             self.rt = self.rc
         self.rc = max(self.p.min_rate, self.rc * (1 - self.alpha / 2))
+        self.lowest = min(self.lowest, self.rc)
         self.alpha = (1 - self.p.g) * self.alpha + self.p.g
         self.t_stage = self.b_stage = 0
         self.bytes = 0

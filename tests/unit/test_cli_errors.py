@@ -79,6 +79,7 @@ CASES = [
     cli(["up", "/nonexistent/topology.yaml", "--timeout", "soon"], USAGE),
     cli(["up", "/nonexistent/topology.yaml", "--tiemout", "5"], USAGE),
     cli(["up", TOPO, "--templates", "/nonexistent/templates"], USAGE),
+    cli(["up", "/nonexistent/topology.yaml", "--metrics", "localhost:9464"], USAGE),
     # down
     cli("down", USAGE),
     cli(f"down {NOLAB} --all", USAGE),
@@ -179,6 +180,14 @@ CASES = [
     cli(f"top {FAKE} --once --interval -1", USAGE),
     cli(f"top {FAKE} --once --interval 0", USAGE),
     cli(f"top {FAKE} --once --rows 0", USAGE),
+    # diagnose: the window and the results file are checked before root or the lab
+    lab(f"diagnose {NOLAB}", NOT_FOUND),
+    cli(f"diagnose {FAKE} --window 0", USAGE),
+    cli(f"diagnose {FAKE} --window soon", USAGE),
+    cli(["diagnose", "--results", "/nonexistent/results.json"], USAGE),
+    cli(["diagnose", "--results", "{list_yaml}"], BAD_FILE),
+    cli(["diagnose", FAKE, "--results", "{list_yaml}"], USAGE),
+    lab(f"diagnose {FAKE} --src nosuchhost --window 1s", USAGE),
     # graph (no root)
     cli(["graph", TOPO, "-o", "/nonexistent-dir/fabric.png"], ERROR),
     cli(["graph", TOPO, "-o", "/proc/fabric.png"], ERROR),

@@ -1,0 +1,157 @@
+"""What `diagnose` reads: the counters of a window, from a live lab or a run's results.json.
+
+Two sources, one shape (`Evidence`), so every rule is a pure function of it and is
+unit-tested on recorded evidence:
+
+- live (`collect`): one scrape of the lab's collectors (the exporter's own fetch/parse:
+  interfaces, qdisc classes, BGP, engines) at the start and the end of the window, and
+  the BPF per (port, TC) counters sampled every 100 ms in between (queue depth, marks,
+  pauses over time: who paused first);
+- a run (`from_results`): results.json's sampled `ports`, `flows` (per QP: UDP source
+  port, spine, retransmissions, CNPs, DCQCN end state), `pfc` and the `evidence` block
+  the runner adds (the same two scrapes around the run, and the fabric's wiring).
+
+Counters are deltas over the window; gauges are their value at its end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SpecError
+from ..metrics.snapshot import Metrics, Snapshots, delta, labels_of, thresholds, topology
+from ..plan import Kind, Plan
+
+SAMPLE_EVERY_S = 0.1
+
+
+@dataclass
+class Evidence:
+    """Everything the rules read; JSON-able (`as_json`), so tests record it."""
+
+    lab: str
+    source: str  # "live" or the results.json it came from
+    window_s: float  # wall seconds the counters span
+    dilation: float
+    rate_bps: int | None  # the shaped line rate; None: an unshaped lab (no congestion plane)
+    thresholds: dict[str, int]  # kmin, kmax, xoff, xon (bytes), pmax_ppm; {} unshaped
+    kinds: dict[str, str]  # node -> spine, leaf, host, superspine
+    peers: dict[str, str]  # "node:port" -> "peer:peer_port"
+    ports: list[dict[str, Any]]  # per (node, port, TC): results.json's `ports` shape
+    paused_s: dict[str, float]  # "node:port:tc" -> wall seconds that egress class was paused
+    metrics: Metrics  # KEEP families: counters as deltas, gauges at the end
+    flows: list[dict[str, Any]] = field(default_factory=list)  # results.json's `flows` shape
+    roce_mtu: int = 4096  # the RoCE path MTU the transfers use (payload bytes)
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Evidence:
+        return cls(**raw)
+
+    # -- lookups the rules share ---------------------------------------------
+
+    def metric(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """name -> {(("node", "leaf1"), ("port", "spine1")): value}."""
+        return {labels_of(k): v for k, v in self.metrics.get(name, {}).items()}
+
+    def by_port(self, name: str) -> dict[str, float]:
+        """A per-port metric as {"node:port": value}."""
+        out = {}
+        for labels, v in self.metric(name).items():
+            d = dict(labels)
+            if "port" in d:
+                out[f"{d['node']}:{d['port']}"] = v
+        return out
+
+    def by_node(self, name: str) -> dict[str, float]:
+        return {dict(labels)["node"]: v for labels, v in self.metric(name).items()
+                if "node" in dict(labels)}
+
+    def kind(self, node: str) -> str:
+        return self.kinds.get(node, "")
+
+    def peer(self, node: str, port: str) -> tuple[str, str] | None:
+        got = self.peers.get(f"{node}:{port}")
+        if got is None:
+            return None
+        a, b = got.split(":", 1)
+        return a, b
+
+    def port_towards(self, node: str, peer: str) -> str | None:
+        """The (first) port of `node` whose peer is `peer`."""
+        for key, other in sorted(self.peers.items()):
+            n, p = key.split(":", 1)
+            if n == node and other.split(":", 1)[0] == peer:
+                return p
+        return None
+
+    def leaf_of(self, host: str) -> str | None:
+        for key, other in self.peers.items():
+            if key.startswith(f"{host}:"):
+                return other.split(":", 1)[0]
+        return None
+
+    def series(self, node: str, port: str, tc: int) -> dict[str, list[tuple[float, float]]]:
+        for p in self.ports:
+            if (p["node"], p["port"], p["tc"]) == (node, port, tc):
+                return p.get("series", {})
+        return {}
+
+
+def from_results(results: dict[str, Any], source: str) -> Evidence:
+    """The evidence of a `rocelab run` (results.json, written since diagnose exists)."""
+    ev = results.get("evidence")
+    if not isinstance(ev, dict):
+        raise SpecError(source, "evidence", "missing: written by a rocelab before `diagnose` "
+                        "existed, or a compare run; run the experiment again")
+    flows = results.get("flows", [])
+    ends = [f["end_s"] or 0.0 for f in flows if f.get("end_s")]
+    return Evidence(
+        lab=results.get("lab", "?"), source=source,
+        window_s=float(ev.get("window_s") or (max(ends) if ends else 0.0)),
+        dilation=float(results.get("dilation") or 1.0), rate_bps=results.get("link_rate_bps"),
+        thresholds=ev.get("thresholds", {}), kinds=ev["kinds"], peers=ev["peers"],
+        ports=results.get("ports", []),
+        paused_s=dict(results.get("pfc", {}).get("paused_s", {})),
+        metrics=ev.get("metrics", {}), flows=flows, roce_mtu=int(ev.get("roce_mtu", 4096)))
+
+
+def collect(plan: Plan, window_s: float, progress: Callable[[str], None] | None = None,
+            ) -> Evidence:
+    """Sample a running lab for `window_s` seconds (live diagnose)."""
+    from ..experiment.sampler import Sampler, pfc_snapshot
+
+    snaps = Snapshots(plan)
+    try:
+        t0 = time.monotonic()
+        sampler = Sampler(plan, SAMPLE_EVERY_S, t0) if plan.congestion else None
+        pfc0 = pfc_snapshot(plan) if plan.congestion else {}
+        start = snaps.take()
+        if sampler:
+            sampler.start()
+        if progress:
+            progress(f"sampling lab {plan.lab} for {window_s:g} s")
+        time.sleep(window_s)
+        ports = sampler.stop() if sampler else []
+        pfc1 = pfc_snapshot(plan) if plan.congestion else {}
+        end = snaps.take()
+    finally:
+        snaps.close()
+    paused = {k: round(v - pfc0.get("paused_s", {}).get(k, 0.0), 4)
+              for k, v in pfc1.get("paused_s", {}).items()
+              if v - pfc0.get("paused_s", {}).get(k, 0.0) > 0}
+    kinds, peers = topology(plan)
+    cp = plan.congestion
+    return Evidence(lab=plan.lab, source="live", window_s=round(time.monotonic() - t0, 3),
+                    dilation=plan.dilation, rate_bps=cp.rate_of(plan.speed_bps) if cp else None,
+                    thresholds=thresholds(plan), kinds=kinds, peers=peers, ports=ports,
+                    paused_s=paused, metrics=delta(start, end), flows=[])
+
+
+def hosts(ev: Evidence) -> list[str]:
+    return sorted(n for n, k in ev.kinds.items() if k == Kind.HOST.value)

@@ -1,0 +1,92 @@
+"""Scrapes reduced to what `rocelab diagnose` reads, and the fabric's wiring.
+
+`rocelab run` takes a snapshot before and after its flows and stores the difference
+(and the wiring) in results.json's `evidence`, so `diagnose --results` works after the
+lab is gone; live, `diagnose` does the same around its window (diagnose/evidence.py).
+A snapshot is the collectors' own fetch + parse (scrape.py), reduced to KEEP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..plan import Plan
+
+# the metric families diagnose keeps from a scrape (everything else is left out of results.json)
+KEEP = (
+    "rocelab_interface_tx_packets_total", "rocelab_interface_rx_packets_total",
+    "rocelab_interface_tx_bytes_total", "rocelab_interface_rx_bytes_total",
+    "rocelab_interface_tx_dropped_packets_total", "rocelab_interface_rx_dropped_packets_total",
+    "rocelab_interface_rx_errors_total", "rocelab_interface_tx_errors_total",
+    "rocelab_interface_up", "rocelab_interface_mtu_bytes",
+    "rocelab_qdisc_class_dropped_packets_total",
+    "rocelab_bgp_daemon_up", "rocelab_bgp_session_up", "rocelab_bgp_sessions_configured",
+    "rocelab_bgp_sessions_established", "rocelab_bgp_ecmp_min_paths",
+    "rocelab_bgp_ecmp_expected_paths", "rocelab_bgp_host_prefixes_missing",
+    "rocelab_engine_qp_cnps_received_total", "rocelab_engine_qp_retransmitted_packets_total",
+    "rocelab_engine_qp_naks_received_total", "rocelab_engine_qp_bad_icrc_packets_total",
+    "rocelab_engine_bad_icrc_datagrams_total",
+    "rocelab_qp_cnps_received_total", "rocelab_qp_dcqcn_rate_reductions_total",
+    "rocelab_qp_dcqcn_rate_bits_per_second",
+)
+Metrics = dict[str, dict[str, float]]  # metric -> "k=v,k=v" labels (lab left out) -> value
+Snapshot = dict[str, dict[str, tuple[str, float]]]  # metric -> labels -> (kind, value)
+
+
+def labels_key(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "lab")
+
+
+def labels_of(key: str) -> tuple[tuple[str, str], ...]:
+    return tuple(tuple(kv.split("=", 1)) for kv in key.split(",") if kv)  # type: ignore[misc]
+
+
+def topology(plan: Plan) -> tuple[dict[str, str], dict[str, str]]:
+    kinds = {n.name: n.kind.value for n in plan.nodes}
+    peers = {f"{n.name}:{p.name}": f"{p.peer}:{p.peer_ifname}"
+             for n in plan.nodes for p in n.interfaces if p.peer and p.peer_ifname}
+    return kinds, peers
+
+
+def thresholds(plan: Plan) -> dict[str, int]:
+    cp = plan.congestion
+    return {"kmin": cp.kmin, "kmax": cp.kmax, "xoff": cp.xoff, "xon": cp.xon,
+            "pmax_ppm": int(cp.pmax * 1e6)} if cp else {}
+
+
+class Snapshots:
+    """Scrapes of the lab's collectors, reduced to the KEEP families (fetch + parse)."""
+
+    def __init__(self, plan: Plan):
+        from .scrape import Scraper
+
+        self.scraper = Scraper(plan)
+
+    def take(self) -> Snapshot:
+        out: Snapshot = {}
+        for fam in self.scraper.scrape().families:
+            if fam.name in KEEP:
+                out[fam.name] = {labels_key(dict(lb)): (fam.kind.value, v) for lb, v in fam.samples}
+        return out
+
+    def close(self) -> None:
+        self.scraper.close()
+
+
+def delta(start: Snapshot, end: Snapshot) -> Metrics:
+    """Counters: end - start (a series born in the window counts from 0); gauges: end."""
+    out: Metrics = {}
+    for name, samples in end.items():
+        before = start.get(name, {})
+        out[name] = {k: (v - before.get(k, (kind, 0.0))[1] if kind == "counter" else v)
+                     for k, (kind, v) in samples.items()}
+    return out
+
+
+def results_block(plan: Plan, start: Snapshot, end: Snapshot, window_s: float) -> dict[str, Any]:
+    """results.json's `evidence`: what a later `diagnose --results` needs besides the rest."""
+    kinds, peers = topology(plan)
+    return {"window_s": round(window_s, 3), "thresholds": thresholds(plan), "kinds": kinds,
+            "peers": peers, "metrics": delta(start, end)}
+
+
