@@ -265,8 +265,10 @@ class Pfc(Strict):
     xoff: str = Field("1MB", description="Bytes buffered from one ingress port that pause the upstream port.")
     xon: str = Field("800KB", description="Bytes below which the upstream port resumes.")
     disabled_on: list[str] = Field(default_factory=list, description="Switches that never pause.")
+    buffer: str = Field("64MiB", description="Per-port buffer of the lossless class (TBF limit): "
+                        "what overflows it is dropped (PFC off, or XOFF too close to it).")
 
-    @field_validator("xoff", "xon")
+    @field_validator("xoff", "xon", "buffer")
     @classmethod
     def _size(cls, v: str) -> str:
         return _check_size(v)

@@ -44,6 +44,7 @@ class CongestionPlan:
     dcqcn_off: tuple[str, ...]
     ecn_enabled: bool
     dcqcn_overrides: tuple[tuple[str, object], ...] = ()  # profile fields, parsed (real units)
+    lossless_buffer_bytes: int = 64 << 20  # the lossless class's per-port limit (pfc.buffer)
 
     def rate_of(self, speed_bps: int) -> int:
         """The shaped rate of a port declared at `speed_bps` (0: the fastest link's)."""
@@ -77,7 +78,8 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str],
     try:
         sizes = {k: parse_size(v) for k, v in (("kmin", c.ecn.kmin), ("kmax", c.ecn.kmax),
                                               ("xoff", c.pfc.xoff), ("xon", c.pfc.xon),
-                                              ("buffer", c.buffer))}
+                                              ("buffer", c.buffer),
+                                              ("lossless_buffer", c.pfc.buffer))}
     except RocelabError as e:
         raise SpecError(source, "congestion", str(e)) from None
     _check(source, sizes, c, switches, hosts)
@@ -98,7 +100,7 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str],
         ecn_off=tuple(c.ecn.disabled_on), ecn_enabled=c.ecn.enabled, xoff=sizes["xoff"],
         xon=sizes["xon"], pfc_enabled=c.pfc.enabled, pfc_off=tuple(c.pfc.disabled_on),
         dcqcn_profile=c.dcqcn.profile, dcqcn_off=tuple(c.dcqcn.disabled_hosts),
-        dcqcn_overrides=tuple(overrides.items()))
+        dcqcn_overrides=tuple(overrides.items()), lossless_buffer_bytes=sizes["lossless_buffer"])
 
 
 MAX_THRESHOLD = 2**32 - 1  # the BPF dataplane keeps thresholds and depths in 32 bits
@@ -107,7 +109,7 @@ MIN_SHAPED_BPS = 100_000  # below this a port would pass a jumbo frame less than
 
 def _check(source: str, sizes: dict[str, int], c, switches: set[str], hosts: set[str]) -> None:
     for key, where in (("kmin", "ecn.kmin"), ("kmax", "ecn.kmax"), ("xoff", "pfc.xoff"),
-                       ("xon", "pfc.xon"), ("buffer", "buffer")):
+                       ("xon", "pfc.xon"), ("buffer", "buffer"), ("lossless_buffer", "pfc.buffer")):
         if sizes[key] > MAX_THRESHOLD:
             raise SpecError(source, f"congestion.{where}", "must be at most 4GiB - 1 (the "
                             f"dataplane counts bytes in 32 bits; got {sizes[key]})")

@@ -33,7 +33,6 @@ _tc_plugins.setdefault("bfifo", _tc_plugins["pfifo"])
 
 TC_PRIO = {CNP_TC: 0, ROCE_TC: 1, DEFAULT_TC: 2}
 PAUSED_BPS = 8000  # TBF needs a non-zero rate; 8 kbit/s is a stop at these speeds
-LOSSLESS_LIMIT = 64 << 20  # bytes the lossless TBF may hold: PFC keeps it far below
 EGRESS, INGRESS = "ffff:fff3", "ffff:fff2"
 
 
@@ -104,7 +103,7 @@ def set_pause(ipr: IPRoute, idx: int, cp: CongestionPlan, mtu: int, paused: bool
     rate = PAUSED_BPS if paused else cp.rate_bps
     ipr.tc("add" if create else "change", "tbf", idx, (0x10 + ROCE_TC) << 16,
            parent=classid(ROCE_TC), rate=f"{rate}bit", burst=burst_bytes(cp.rate_bps, mtu),
-           limit=LOSSLESS_LIMIT)
+           limit=cp.lossless_buffer_bytes)
 
 
 def pfc_frame(src_mac: str, tc: int, quanta: int) -> bytes:
@@ -161,7 +160,8 @@ def pause_messages(index: int, cp: CongestionPlan, mtu: int) -> tuple[bytes, byt
         msg["index"], msg["handle"] = index, (0x10 + ROCE_TC) << 16
         msg["parent"] = classid(ROCE_TC)
         msg["attrs"] = [("TCA_KIND", "tbf"), ("TCA_OPTIONS", _tc_plugins["tbf"].get_parameters(
-            {"rate": f"{rate}bit", "burst": burst_bytes(cp.rate_bps, mtu), "limit": LOSSLESS_LIMIT}))]
+            {"rate": f"{rate}bit", "burst": burst_bytes(cp.rate_bps, mtu),
+             "limit": cp.lossless_buffer_bytes}))]
         msg.encode()
         out.append(bytes(msg.data))
     return out[0], out[1]

@@ -22,6 +22,8 @@ ROCE_TC = 3
 ROCE_HEADERS = 20 + 8 + 12 + 4  # IPv4 + UDP + BTH + ICRC: an IP packet of RoCE payload + these
 MIN_ABOVE_KMIN_S = 1.0  # a spine queue above Kmin this long (wall) while traffic enters it
 MARKS_OWED = 20  # marks RED owed a stretch with none: P(0 | marking on) = e^-20
+CLEAN_SHARE = 0.4  # ... and many packets in it arrived unmarked (the CE counts upstream and
+# here are sampled 100 ms apart at slightly different times: a small share is noise)
 MIN_CNPS = 5  # CNPs a host must have received before its (lack of) rate cuts mean anything
 SIGNIFICANT_PAUSE = 0.05  # an egress paused this share of the window hurts flows
 LOSS_MIN_PACKETS = 200  # a link direction must carry this many packets to judge its loss
@@ -93,6 +95,7 @@ class AboveKmin:
     unmarked_s: float = 0.0  # the stretch without a mark that owed the most marks
     unmarked_from_s: float | None = None
     owed: float = 0.0  # marks RED should have made in that stretch
+    clean_share: float = 0.0  # of the ECN-capable packets in it, those not marked upstream
 
 
 def _mark_probability(ev: Evidence, depth: float) -> float:
@@ -114,8 +117,8 @@ def above_kmin(ev: Evidence, port: dict[str, Any], ce_in: list[float] | None = N
     if not kmin or len(q) < 2 or len(ce) != len(q) or len(tx) != len(q):
         return AboveKmin()
     above, marks, first = 0.0, 0, None
-    run_s, run_from, run_owed = 0.0, 0.0, 0.0
-    best: tuple[float, float | None, float] = (0.0, None, 0.0)
+    run_s, run_from, run_owed, run_ect, run_clean = 0.0, 0.0, 0.0, 0.0, 0.0
+    best: tuple[float, float | None, float, float] = (0.0, None, 0.0, 0.0)
     for i in range(1, len(q)):
         dt = q[i][0] - q[i - 1][0]
         gained = int(ce[i][1] - ce[i - 1][1])
@@ -124,17 +127,19 @@ def above_kmin(ev: Evidence, port: dict[str, Any], ce_in: list[float] | None = N
             marks += gained
             first = q[i - 1][0] if first is None else first
         if gained == 0 and q[i - 1][1] > kmin and q[i][1] > kmin:
-            clean = (ect[i][1] - ect[i - 1][1]) if len(ect) == len(q) else 0.0
-            clean -= ce_in[i - 1] if ce_in and i - 1 < len(ce_in) else 0.0
+            arrived = (ect[i][1] - ect[i - 1][1]) if len(ect) == len(q) else 0.0
+            clean = max(0.0, arrived - (ce_in[i - 1] if ce_in and i - 1 < len(ce_in) else 0.0))
             if run_s == 0.0:
                 run_from = q[i - 1][0]
             run_s += dt
-            run_owed += max(0.0, clean) * _mark_probability(ev, (q[i - 1][1] + q[i][1]) / 2)
+            run_ect += arrived
+            run_clean += clean
+            run_owed += clean * _mark_probability(ev, (q[i - 1][1] + q[i][1]) / 2)
             if run_owed > best[2]:
-                best = (run_s, run_from, run_owed)
+                best = (run_s, run_from, run_owed, run_clean / run_ect if run_ect else 0.0)
         else:
-            run_s, run_owed = 0.0, 0.0
-    return AboveKmin(above, marks, first, best[0], best[1], best[2])
+            run_s, run_owed, run_ect, run_clean = 0.0, 0.0, 0.0, 0.0
+    return AboveKmin(above, marks, first, *best)
 
 
 def ce_entering(ev: Evidence, node: str) -> list[float]:
@@ -295,7 +300,7 @@ def ecn_off(ev: Evidence) -> list[Finding]:
             continue
         a = above_kmin(ev, p, ce_entering(ev, p["node"]))
         marking[p["node"]] += p.get("ce_marked", 0)
-        if a.owed >= MARKS_OWED:
+        if a.owed >= MARKS_OWED and a.clean_share >= CLEAN_SHARE:
             silent[p["node"]].append((p, a.unmarked_s, a.unmarked_from_s, a.owed))
     out = []
     for node, ports in sorted(silent.items()):
