@@ -6,14 +6,23 @@ up:   topology file -> spec -> plan -> rendered configs (all pure, all before
       Ctrl-C, or SIGTERM) unwinds everything before the error is reported.
 down: find the lab's processes and namespaces from the kernel, stop them,
       remove the run dir. Idempotent; needs no state file.
+
+`up --metrics ADDR:PORT` also starts the lab's Prometheus exporter: a process
+of its own in the root namespace, tagged like every lab process, its PID and
+URL in <run dir>/exporter.json; `down` stops it by that PID (and the tag
+sweep finds it after a crash).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -23,7 +32,7 @@ from typing import Any
 
 from . import converge, estimate, expectations, frr, neighbours, netns, state
 from .congestion.launch import start_controller
-from .errors import LabExistsError, NotRootError, SpecError
+from .errors import LabExistsError, NotRootError, RocelabError, SpecError
 from .paths import lab_run_dir
 from .plan import Plan, compile_plan
 from .realize import realize
@@ -32,6 +41,8 @@ from .spec import Topology, load, located, parse, read_yaml
 
 Progress = Callable[[str], None]
 DEFAULT_TIMEOUT_S = 60.0
+EXPORTER_FILE = "exporter.json"  # in the run dir: {"pid", "url", "listen"} of up --metrics
+EXPORTER_START_S = 30.0  # for the exporter to listen (it starts while the lab is built)
 
 
 def _quiet(_: str) -> None:
@@ -97,10 +108,14 @@ def _refuse_existing(plan: Plan) -> None:
 
 def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
        progress: Progress = _quiet, raise_neigh_limit: bool = False,
-       templates: str | Path | None = None) -> UpResult:
+       templates: str | Path | None = None, metrics: str | None = None) -> UpResult:
+    """`metrics`: ADDRESS:PORT to serve the lab's /metrics on (port 0: a free one), from
+    an exporter process started with the lab and stopped by its `down`."""
     # every config exists before any kernel object
     topo, plan, rendered = load_topology(path, name, templates)
     require_root()
+    if metrics is not None:
+        check_listen(metrics)  # a taken port or a foreign address: refused before anything exists
     frr.check_user_configs(plan, rendered)  # FRR's parser on the user's own config: exit 2
     _refuse_existing(plan)
     est = estimate.check(plan)  # exit 12 when the machine cannot hold it
@@ -133,6 +148,10 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         undo.callback(kill_tagged, plan.lab)
         state.write(plan.lab, record)  # intent first: `down` knows what may exist
         progress(f"creating {len(plan.nodes)} namespaces and {len(plan.links)} links")
+        exporter = None
+        if metrics is not None:  # its start-up (imports) overlaps the build; waited for below
+            exporter = start_exporter(plan, metrics)
+            undo.callback(state.kill_pids, [exporter.pid])
         realize(plan, undo)
         if plan.congestion:  # shaped ports, ECN, PFC: one controller owns the BPF dataplane
             progress(f"shaping ports at {plan.congestion.rate_bps / 1e6:g} Mbit/s "
@@ -149,6 +168,9 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         marks["daemons_started"] = time.monotonic()
         converge.wait(plan, timeout_s, progress, marks)
         timings = _timings(marks)
+        if exporter is not None:
+            record["metrics"] = wait_exporter(plan, exporter)
+            progress(f"serving metrics at {record['metrics']['url']}")
         state.write(plan.lab, record | {"status": "up", "timings": timings})
         undo.pop_all()  # success: the lab stays
     except BaseException:
@@ -156,6 +178,73 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
             undo.close()
         raise
     return UpResult(plan, timings, daemons)
+
+
+def check_listen(listen: str) -> None:
+    """The exporter could listen at ADDRESS:PORT now (a local address, a free port)."""
+    from .metrics.exporter import Listen
+
+    where = Listen.parse(listen)
+    family = socket.AF_INET6 if ":" in where.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server binds
+        try:
+            s.bind((where.host, where.port))
+        except OSError as e:
+            raise RocelabError(f"--metrics {listen}: cannot listen there ({e.strerror or e}); "
+                               "give a local address and a free port (port 0: any free one)"
+                               ) from None
+
+
+def start_exporter(plan: Plan, listen: str) -> subprocess.Popen[bytes]:
+    """The lab's exporter (emulator/metrics/exporter.py): in the root namespace, with the
+    lab's tag, in a session of its own (a Ctrl-C at the terminal is for `up`, not it)."""
+    run_dir = lab_run_dir(plan.lab)
+    with open(run_dir / "exporter.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "emulator.metrics.exporter", "--lab", plan.lab,
+             "--listen", listen, "--ready", str(run_dir / EXPORTER_FILE)],
+            env=state.base_env(plan.lab), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_exporter(plan: Plan, proc: subprocess.Popen[bytes],
+                  timeout_s: float = EXPORTER_START_S) -> dict[str, Any]:
+    """{"pid", "url", "listen"} once the exporter listens; RocelabError with its words
+    if it exits first or takes too long."""
+    run_dir = lab_run_dir(plan.lab)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = exporter_info(plan.lab)
+        if info is not None and info.get("pid") == proc.pid:
+            return info
+        if proc.poll() is not None:
+            said = (run_dir / "exporter.log").read_text(errors="replace").strip().splitlines()
+            raise RocelabError(f"the metrics exporter exited ({proc.returncode}): "
+                               + (said[-1] if said else "no output"))
+        time.sleep(0.05)
+    raise RocelabError(f"the metrics exporter did not listen within {timeout_s:.0f} s "
+                       f"(see {run_dir / 'exporter.log'})")
+
+
+def exporter_info(lab: str) -> dict[str, Any] | None:
+    """The lab's exporter as it announced itself (None: the lab was not started with one)."""
+    try:
+        info = json.loads((lab_run_dir(lab) / EXPORTER_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def stop_exporter(lab: str) -> int | None:
+    """Stop the exporter `up --metrics` recorded, by its PID, if that PID is still the
+    lab's (its environment carries the lab's tag: a reused PID is left alone)."""
+    info = exporter_info(lab)
+    pid = info.get("pid") if info else None
+    if not isinstance(pid, int) or state.process_tag(pid) != lab:
+        return None
+    state.kill_pids([pid])
+    return pid
 
 
 def kill_tagged(lab: str) -> list[int]:
@@ -221,7 +310,8 @@ def down(lab: str) -> DownResult:
     """Remove a lab: its tagged processes, then its namespaces, then its run dir."""
     require_root()
     record = state.read(lab) or {}
-    pids = kill_tagged(lab)
+    exporter = stop_exporter(lab)  # first: it reads every namespace about to go
+    pids = kill_tagged(lab) + ([exporter] if exporter else [])
     names = {n for n, tag in state.tagged_namespaces().items() if tag == lab}
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
     names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}

@@ -85,6 +85,17 @@ def tagged_processes() -> dict[int, str]:
     return found
 
 
+def process_tag(pid: int) -> str | None:
+    """The lab a process belongs to (its ROCELAB_LAB), None if none or gone."""
+    needle = ENV_TAG.encode() + b"="
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    return next((v[len(needle):].decode(errors="replace") for v in env.split(b"\0")
+                 if v.startswith(needle)), None)
+
+
 def run_dir_labs() -> set[str]:
     try:
         return {p.name for p in RUN_ROOT.iterdir() if p.is_dir()}

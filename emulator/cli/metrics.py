@@ -1,17 +1,16 @@
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import click
 
 from .. import lab, state
 from ..errors import RocelabError
-from ..metrics.exporter import DEFAULT_LISTEN, Listen, exposition, serve
+from ..metrics.exporter import DEFAULT_LISTEN, Listen, exposition, run
 from ..metrics.scrape import Scraper
 
 
-def _listen(ctx: click.Context, param: click.Parameter, value: str) -> Listen:
+def parse_listen(ctx: click.Context, param: click.Parameter, value: str) -> Listen:
     try:
         return Listen.parse(value)
     except RocelabError:  # a bad command line (exit 64), found before anything is touched
@@ -21,7 +20,7 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> Listen:
 
 @click.command("metrics")
 @click.argument("name")
-@click.option("--listen", "where", default=DEFAULT_LISTEN, show_default=True, callback=_listen,
+@click.option("--listen", "where", default=DEFAULT_LISTEN, show_default=True, callback=parse_listen,
               metavar="ADDRESS:PORT", help="Where to serve /metrics (port 0: a free one).")
 @click.option("--once", is_flag=True, help="Print one scrape's exposition text and exit.")
 @click.option("--capture", type=click.Path(file_okay=False),
@@ -40,18 +39,7 @@ def command(name: str, where: Listen, once: bool, capture: str | None) -> None:
         elif once:
             click.echo(exposition(scraper.scrape().families), nl=False)
         else:
-            _serve(scraper, name, where)
+            run(scraper, where, lambda port: click.echo(
+                f"lab {name}: serving {where.url(port)} (Ctrl-C stops)"))
     finally:
         scraper.close()
-
-
-def _serve(scraper: Scraper, name: str, where: Listen) -> None:
-    # Block the stop signals before the server thread exists, so it inherits the
-    # mask and only sigwait() below ever receives them.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    server, thread = serve(scraper, where)
-    click.echo(f"lab {name}: serving http://{where.host}:{server.server_port}/metrics "
-               "(Ctrl-C stops)")
-    signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    server.shutdown()
-    thread.join(5)

@@ -32,6 +32,9 @@ def command(name: str | None, as_json: bool) -> None:
     """
     lab.require_root()
     st = lab_status(state.lab_plan(state.resolve_lab(name)))
+    exporter = lab.exporter_info(st["lab"])
+    if exporter:  # `up --metrics`: where Prometheus scrapes it, and whether it still runs
+        st["metrics"] = exporter | {"running": state.process_tag(exporter.get("pid", 0)) == st["lab"]}
     if as_json:
         click.echo(json.dumps(st, indent=2))
     else:
@@ -136,6 +139,10 @@ def _print_rest(st: dict[str, Any], console: Console) -> None:
         console.print(f"[yellow]active fault[/]: {f['name']} ({how}), {since}; "
                       f"`rocelab heal {st['lab']} {f['name'].replace('-', ' ', 1)}` lifts it",
                       soft_wrap=True)
+    if st.get("metrics"):
+        m = st["metrics"]
+        console.print(f"metrics: {m['url']} (exporter pid {m['pid']}"
+                      + ("" if m["running"] else ", [red]not running[/]") + ")", soft_wrap=True)
     word = verdict(st)
     console.print(f"[green]{word}[/]" if st["healthy"] else f"[yellow]{word}[/]" if st["converged"]
                   else f"[red]{word}[/]", soft_wrap=True)

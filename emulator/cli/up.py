@@ -8,8 +8,14 @@ from .. import lab, state
 from ..errors import ExitCode
 from ..plan import Plan
 from ..validate import Check, validate_lab
+from .metrics import parse_listen
 from .progress import err_console, interrupt_on_sigterm, progress
 from .validate import print_checks
+
+
+def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """ADDRESS:PORT checked for form (a bad one: exit 64 before anything is touched)."""
+    return None if value is None else str(parse_listen(ctx, param, value))
 
 
 @click.command("up")
@@ -29,8 +35,11 @@ from .validate import print_checks
 @click.option("--templates", type=click.Path(exists=True, file_okay=False),
               help="A directory of FRR templates (*.conf.j2, named as in frr-templates/) that "
                    "replace rocelab's; the ones it lacks are rocelab's. Recorded with the lab.")
+@click.option("--metrics", "metrics", callback=_listen, metavar="ADDRESS:PORT",
+              help="Also serve the lab's Prometheus /metrics there (e.g. 127.0.0.1:9464; port 0: "
+                   "a free one), from an exporter started with the lab and stopped by `down`.")
 def command(topology: str, name: str | None, timeout: float, as_json: bool, run_checks: bool,
-            raise_neigh_limit: bool, templates: str | None) -> None:
+            raise_neigh_limit: bool, templates: str | None, metrics: str | None) -> None:
     """Build a lab from TOPOLOGY and return once it has converged.
 
     Example: rocelab up topologies/clos-2x4.yaml
@@ -38,15 +47,20 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool, run_
     interrupt_on_sigterm()
     with progress(f"up {topology}") as update:
         result = lab.up(topology, name=name, timeout_s=timeout, progress=update,
-                        raise_neigh_limit=raise_neigh_limit, templates=templates)
+                        raise_neigh_limit=raise_neigh_limit, templates=templates, metrics=metrics)
     p, t = result.plan, result.timings
     checks = validate_lab(p, state.lab_topology(p.lab)) if run_checks else None
+    exporter = lab.exporter_info(p.lab) if metrics is not None else None
     if as_json:
         import json
         click.echo(json.dumps({"lab": p.lab, "converged": True, "timings": t} | (
-            {"checks": [c.to_json() for c in checks]} if checks is not None else {}), indent=2))
+            {"checks": [c.to_json() for c in checks]} if checks is not None else {}) | (
+            {"metrics": exporter} if exporter else {}), indent=2))
     else:
         _print(p, t, checks)
+        if exporter:
+            click.echo(f"metrics: {exporter['url']} (exporter pid {exporter['pid']}, "
+                       "stopped by `rocelab down`)")
     if checks is not None and not all(c.ok for c in checks):
         sys.exit(ExitCode.VALIDATION_FAILED)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from .. import netns, state
+from ..metrics.model import PFC_REACTION_BUCKETS, Histogram
 from ..paths import lab_run_dir
 from ..plan import Interface, Node, Plan
 from . import libbpf, qos
@@ -57,6 +58,8 @@ class Controller:
         self.paused_since: dict[tuple[int, int], float] = {}
         self.paused_s: dict[str, float] = {}
         self.reactions_us: list[float] = []
+        # every reaction since the controller started, per event: a Prometheus histogram
+        self.reaction_hist = {e: Histogram.empty(PFC_REACTION_BUCKETS) for e in ("xoff", "xon")}
         self.pauses = 0
         self._rb: int | None = None
 
@@ -105,6 +108,7 @@ class Controller:
         sock.send(pause if xoff else resume)
         now = time.monotonic_ns()
         self.reactions_us.append((now - ts) / 1000)
+        self.reaction_hist["xoff" if xoff else "xon"].observe((now - ts) / 1e9)
         self.raw[port].send(qos.pfc_frame(ref.port.mac, tc, PAUSE_QUANTA if xoff else 0))
         key = (port, tc)
         if xoff:
@@ -140,7 +144,9 @@ class Controller:
             up = self.plan.node(ref.port.peer)
             name = f"{up.name}:{ref.port.peer_ifname}:{tc}"
             paused[name] = paused.get(name, 0.0) + now - start
-        data = {"pauses": self.pauses, "reaction_us": self.reactions_us[-10000:],
+        del self.reactions_us[:-10000]  # the quantiles' window; the histograms keep counting
+        data = {"pauses": self.pauses, "reaction_us": self.reactions_us,
+                "reaction_hist": {e: h.to_json() for e, h in self.reaction_hist.items()},
                 "paused_s": paused, "active_pauses": len(self.paused_since), "at": time.time()}
         tmp = self.run_dir / "pfc.json.tmp"
         tmp.write_text(json.dumps(data))

@@ -6,6 +6,7 @@ Engines are started on first use and keep running until `rocelab down`
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -83,9 +84,13 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
              progress: Progress | None = None) -> TransferResult:
     """Move job's bytes from src (prefill) to dst (decode); returns the result dict.
 
-    WRITE: src's engine pushes. READ: dst's engine pulls (NIXL style).
+    WRITE: src's engine pushes. READ: dst's engine pulls (NIXL style). Both engines
+    label the transfer's QPs with its flow: `job.extra["flow"]` (an experiment's flow
+    name) or "SRC->DST", so every handoff between two hosts adds to one flow's series.
     """
     initiator, peer = (src, dst) if job.op is Op.WRITE else (dst, src)
+    job = dataclasses.replace(job, extra={"flow": f"{src.name}->{dst.name}", **job.extra,
+                                          "src": src.name, "dst": dst.name})
     with _connect(sock_path(plan, initiator)) as ch:
         ch.send({"cmd": "transfer", "job": job.to_json(), "peer_ip": peer.address})
         while True:

@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, RocelabError
+from ..metrics.model import TRANSFER_BUCKETS, Histogram
 from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
 from ..roce.rc import QueuePair
 from ..roce.verbs import QpConfig
 from .config import EngineConfig
-from .dataplane import DataPlane, Watch
-from .job import CONTROL_PORT, Job, Op, digest, source_bytes
+from .dataplane import DataPlane, FlowKey, Watch, reductions
+from .job import CONTROL_PORT, Job, Op, digest, flow_of, source_bytes
 from .paced import PacedQueuePair
 from .wire import Channel
 
@@ -54,6 +55,9 @@ class Engine:
         self._qpn = random.Random(ip).randrange(0x100, 0x1000)
         self._lock = threading.Lock()
         self.transfers_done = 0
+        # transfers this engine initiated and finished, since it started (telemetry)
+        self.histograms = {"transfer_duration_seconds": Histogram.empty(TRANSFER_BUCKETS),
+                           "kv_handoff_seconds": Histogram.empty(TRANSFER_BUCKETS)}
 
     def new_qpns(self, n: int) -> list[dict[str, int]]:
         with self._lock:
@@ -142,12 +146,40 @@ class Engine:
             raise EngineError(f"unknown command {cmd!r}")
 
     def stats(self) -> dict[str, Any]:
-        """(data thread) Counters of every live QP and of the transport."""
+        """(data thread) Counters of every live QP and of the transport; each flow's
+        totals, the histograms of finished transfers (docs/telemetry.md)."""
         return {"qps": {q: qp.counters.as_dict() | {"dcqcn": getattr(qp, "dcqcn_state", None)}
                         for q, qp in self.dp.qps.items()},
                 "transport": self.dp.transport.counters.as_dict(),
                 "transfers_done": self.transfers_done,
-                "retired": dict(self.dp.retired), "transfers": self._transfers()}
+                "retired": dict(self.dp.retired), "transfers": self._transfers(),
+                "dcqcn_reductions": self.dp.retired_reductions + sum(
+                    reductions(qp) for qp in self.dp.qps.values()),
+                "qp_flows": {q: list(key) for q, key in self.dp.qp_flow.items()},
+                "flows": self._flows(),
+                "histograms": {k: h.to_json() for k, h in self.histograms.items()}}
+
+    def _flows(self) -> list[dict[str, Any]]:
+        """(data thread) Every flow's counters summed over its QPs, finished and live."""
+        totals = {key: dict(f.retired) for key, f in self.dp.flows.items()}
+        for qpn, key in self.dp.qp_flow.items():
+            qp, sums = self.dp.qps.get(qpn), totals[key]
+            if qp is None:
+                continue
+            for k, v in qp.counters.as_dict().items():
+                sums[k] = sums.get(k, 0) + v
+            sums["dcqcn_reductions"] = sums.get("dcqcn_reductions", 0) + reductions(qp)
+        return [{"flow": key[0], "src": key[1], "dst": key[2],
+                 "transfers": self.dp.flows[key].transfers, "counters": totals[key]}
+                for key in sorted(totals)]
+
+    def _finished(self, flow: FlowKey, duration_s: float, handoff_s: float) -> None:
+        """(data thread) A transfer this engine initiated finished: count it."""
+        self.transfers_done += 1
+        self.histograms["transfer_duration_seconds"].observe(duration_s)
+        self.histograms["kv_handoff_seconds"].observe(handoff_s)
+        if flow in self.dp.flows:
+            self.dp.flows[flow].transfers += 1
 
     def _transfers(self) -> list[dict[str, Any]]:
         """(data thread) Progress of the transfers this engine initiated, for telemetry."""
@@ -185,7 +217,9 @@ class Engine:
                 watch = Watch(len(segments), {i: s.length for i, s in enumerate(segments)})
                 t0 = time.monotonic()
                 peer_ips = reply.get("ips") or [peer_ip]
-                self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ips, watch))
+                flow = flow_of(job, self.host, peer_ip, initiator=True)
+                self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ips, watch,
+                                                flow))
                 self._wait(job, qps, watch, cli, t0)
                 t1 = time.monotonic()
                 counters = self.dp.call(lambda: self.dp.remove(qpns))
@@ -194,15 +228,15 @@ class Engine:
         finally:  # a failed transfer must not leave QPs or memory behind
             self.dp.call(lambda: (self.dp.remove(qpns), self.dp.memory.deregister(mr)))
         mine = digest(buf, segments, "src" if holds_source else "dst")
-        self.transfers_done += 1
+        self.dp.call(lambda: self._finished(flow, t1 - t0, t1 - t_setup))
         return self._result(job, qps, counters, fin, mine, watch, t_setup, t0, t1)
 
     def _post(self, job: Job, qps: list[QueuePair], segments, buf: bytearray, reply: dict,
-              peer_ips: list[str], watch: Watch) -> None:
+              peer_ips: list[str], watch: Watch, flow: FlowKey) -> None:
         view = memoryview(buf)
         va, rkey = reply["va"], reply["rkey"]
         for i, qp in enumerate(qps):  # QP i on rail i: NIC i mod NICs at each end
-            self.dp.add(qp, peer_ips[i % len(peer_ips)], watch, self.ips[i % len(self.ips)])
+            self.dp.add(qp, peer_ips[i % len(peer_ips)], watch, self.ips[i % len(self.ips)], flow)
         for i, s in enumerate(segments):
             qp = qps[i % len(qps)]  # stripe messages across QPs: per-QP entropy for ECMP
             if job.op is Op.WRITE:
@@ -254,8 +288,9 @@ class Engine:
         local = self.new_qpns(job.qps)
         qps = self.new_qps(job, local, msg["qps"])
         peer_ips = msg.get("ips") or [msg["ip"]]
+        flow = flow_of(job, self.host, msg["ip"], initiator=False)
         self.dp.call(lambda: [self.dp.add(qp, peer_ips[i % len(peer_ips)], None,
-                                          self.ips[i % len(self.ips)])
+                                          self.ips[i % len(self.ips)], flow)
                               for i, qp in enumerate(qps)])
         try:
             ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey,

@@ -66,6 +66,30 @@ class Gap:
             self.last_rx, self.last_t = rx_packets, now
 
 
+def reductions(qp: QueuePair) -> int:
+    """A QP's DCQCN rate cuts so far (0 without DCQCN)."""
+    rp = getattr(qp, "rp", None)
+    return int(rp.reductions) if rp is not None else 0
+
+
+FlowKey = tuple[str, str, str]  # (flow name, src host, dst host)
+
+
+@dataclass
+class Flow:
+    """A flow's totals over every QP that served it (telemetry: series that stay put
+    while QPNs change with every handoff). `retired`: summed counters of its finished
+    QPs; `transfers`: the transfers this engine initiated for it and finished."""
+
+    retired: dict[str, int] = field(default_factory=dict)
+    transfers: int = 0
+
+    def retire(self, counters: dict[str, int], cuts: int) -> None:
+        for k, v in counters.items():
+            self.retired[k] = self.retired.get(k, 0) + v
+        self.retired["dcqcn_reductions"] = self.retired.get("dcqcn_reductions", 0) + cuts
+
+
 class DataPlane(threading.Thread):
     def __init__(self, local_ip: str, dscp: int, key_seed: int, rail_ips: tuple[str, ...] = ()):
         super().__init__(name="dataplane", daemon=True)
@@ -77,6 +101,9 @@ class DataPlane(threading.Thread):
         self.gaps: dict[int, Gap] = {}
         self.peers: dict[int, str] = {}  # qpn -> peer address (telemetry: who a transfer is with)
         self.retired: dict[str, int] = {}  # counters of QPs no longer served, summed (telemetry)
+        self.retired_reductions = 0  # DCQCN rate cuts of QPs no longer served (telemetry)
+        self.qp_flow: dict[int, FlowKey] = {}  # qpn -> the flow it serves (telemetry's labels)
+        self.flows: dict[FlowKey, Flow] = {}  # each flow's QPs' totals, live and finished
         self._cmds: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._halt = threading.Event()
 
@@ -87,9 +114,12 @@ class DataPlane(threading.Thread):
         return fut.result(timeout)
 
     def add(self, qp: QueuePair, peer_ip: str, watch: Watch | None = None,
-            local_ip: str | None = None) -> None:
+            local_ip: str | None = None, flow: FlowKey | None = None) -> None:
         """(data thread) Serve a QP (sending from `local_ip`: its rail); its completions
-        feed `watch`."""
+        feed `watch`; `flow`: (name, src, dst) of the flow it serves."""
+        if flow is not None:
+            self.qp_flow[qp.qpn] = flow
+            self.flows.setdefault(flow, Flow())
         self.qps[qp.qpn] = qp
         self.gaps[qp.qpn] = Gap()
         self.peers[qp.qpn] = peer_ip
@@ -106,9 +136,15 @@ class DataPlane(threading.Thread):
             self.watches.pop(qpn, None)
             self.endpoint.remove(qpn)
             self.peers.pop(qpn, None)
+            key = self.qp_flow.pop(qpn, None)
+            flow = self.flows.get(key) if key else None
             if qp is not None:
+                cuts = reductions(qp)
+                self.retired_reductions += cuts
                 for k, v in qp.counters.as_dict().items():
                     self.retired[k] = self.retired.get(k, 0) + v
+                if flow is not None:
+                    flow.retire(qp.counters.as_dict(), cuts)
                 out[qpn] = qp.counters.as_dict() | {"max_rx_gap_s": round(gap.max_gap_s, 6)}
         return out
 

@@ -143,6 +143,16 @@ class Job:
         return cls(**(d | {"op": Op(d["op"])}))
 
 
+def flow_of(job: Job, host: str, peer: str, initiator: bool) -> tuple[str, str, str]:
+    """(flow name, src, dst) of the flow a transfer belongs to (telemetry's `flow` label):
+    what the client put in `job.extra` (`flow`, `src`, `dst`), else "SRC->DST" from this
+    host's name and the peer's address. src is where the data comes from."""
+    holds_source = (job.op is Op.WRITE) == initiator
+    src, dst = (host, peer) if holds_source else (peer, host)
+    src, dst = str(job.extra.get("src") or src), str(job.extra.get("dst") or dst)
+    return str(job.extra.get("flow") or f"{src}->{dst}"), src, dst
+
+
 MAX_TRANSFER = 4 << 30  # bytes one transfer may move: each end holds them all in memory
 SOURCE_CHUNK = 64 << 20  # randbytes(n) builds an n*8-bit int: 256 MiB and up overflow
 

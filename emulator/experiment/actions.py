@@ -1,12 +1,23 @@
 """Actions on an experiment's timeline: ECN off on a switch, a host that stops
 draining, a DCQCN profile change, a fault, vtysh commands on a router (a BGP drain,
 a policy change), and the L2 demos' own: a broadcast burst, a bystander churning
-MAC tables, STP off (a loop). Each is recorded with its time."""
+MAC tables, STP off (a loop). Each is recorded with its time.
+
+While a run goes on, `<run dir>/actions.json` says which actions hold a knob
+away from what the topology declares (ECN off on a switch, a host not
+draining, another DCQCN profile, a churn running, STP off) and how many of
+each kind were applied: the exporter's `rocelab_action_active` and
+`rocelab_action_events_total` (docs/telemetry.md). `restore` clears what it
+puts back."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from .. import bridge, faults, forwarding, frames, watchdog  # faults.apply: as `rocelab fail`
@@ -14,6 +25,7 @@ from ..congestion.maps import set_ecn
 from ..congestion.pause import set_drain
 from ..engine import client
 from ..errors import RocelabError
+from ..paths import lab_run_dir
 from ..plan import Kind, Node, Plan
 from ..spec import FabricMode
 from ..state import kill_pids
@@ -76,6 +88,73 @@ def broadcast(plan: Plan, args: dict[str, Any]) -> dict[str, Any]:
                              if plan.fabric is FabricMode.EVPN else None)}
 
 
+ACTIONS_FILE = "actions.json"  # in the lab's run dir; read by metrics/collectors/events.py
+HELD = ("ecn", "drain", "dcqcn", "churn", "stp")  # kinds that leave something in force
+
+
+def held(plan: Plan, kind: str, args: dict[str, Any]) -> tuple[str, str | None]:
+    """(target, setting) of an action: what it acts on, and what it leaves in force
+    that the topology does not declare (None: nothing; the knob is as declared, or the
+    action is over when it returns)."""
+    cp = plan.congestion
+    if kind == "ecn":
+        on = bool(args["enabled"])
+        return args["node"], None if on == (cp.ecn_on(args["node"]) if cp else True) else (
+            "on" if on else "off")
+    if kind == "drain":
+        return args["host"], None if args["enabled"] else "off"
+    if kind == "dcqcn":
+        declared = cp.host_dcqcn(args["host"]) if cp else "off"
+        return args["host"], None if args["profile"] == declared else str(args["profile"])
+    if kind == "churn":
+        return args["host"], f"{args['macs']} MACs at {args['pps']:g} frames/s"
+    if kind == "stp":
+        return "fabric", None if args["enabled"] or plan.fabric is not FabricMode.L2 else "off"
+    if kind == "fault":
+        return str(args.get("fail") or args.get("heal") or ""), None  # faults.json has them
+    return str(args.get("node") or args.get("host") or ""), None
+
+
+@contextlib.contextmanager
+def _actions_doc(lab: str) -> Iterator[dict[str, Any]]:
+    """actions.json under an exclusive lock, replaced atomically (a scrape reads it
+    without the lock); a lab whose run dir is gone records nothing."""
+    run_dir = lab_run_dir(lab)
+    if not run_dir.is_dir():
+        yield {"active": [], "applied": {}}
+        return
+    with open(run_dir / "actions.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = run_dir / ACTIONS_FILE
+        try:
+            doc = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            doc = {"active": [], "applied": {}}
+        yield doc
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        tmp.replace(path)
+
+
+def record(plan: Plan, kind: str, args: dict[str, Any]) -> None:
+    """An action was applied: count it, and note what it holds (replacing what an
+    earlier action on the same knob held)."""
+    target, setting = held(plan, kind, args)
+    with _actions_doc(plan.lab) as doc:
+        doc["applied"][kind] = doc["applied"].get(kind, 0) + 1
+        doc["active"] = [a for a in doc["active"] if (a["kind"], a["target"]) != (kind, target)]
+        if setting is not None:
+            doc["active"].append({"kind": kind, "target": target, "setting": setting,
+                                  "time": round(time.time(), 3)})
+
+
+def release(plan: Plan, knobs: set[tuple[str, str]]) -> None:
+    """These (kind, target) knobs are back as declared: no longer active."""
+    if knobs:
+        with _actions_doc(plan.lab) as doc:
+            doc["active"] = [a for a in doc["active"] if (a["kind"], a["target"]) not in knobs]
+
+
 class Timeline(threading.Thread):
     def __init__(self, plan: Plan, actions: list[Action], t0: float,
                  deadline: float | None = None):
@@ -123,6 +202,9 @@ class Timeline(threading.Thread):
                 done = self._apply(action)
             except (RocelabError, OSError, KeyError) as e:
                 done = {"kind": action.kind, "error": str(e)}
+            else:
+                with contextlib.suppress(OSError, KeyError, TypeError):  # telemetry: never fatal
+                    record(self.plan, action.kind, action.args)
             self.events.append({"t_s": round(time.monotonic() - self.t0, 4), **done})
 
     def finish(self, deadline: float) -> None:
@@ -135,6 +217,14 @@ class Timeline(threading.Thread):
         """Stop what actions left running (churn; STP off: back on, its watchdog stopped) and
         put every congestion knob an action touched back as the topology configures it,
         so a kept lab runs the next experiment as declared."""
+        try:
+            self._restore()
+        finally:
+            with contextlib.suppress(OSError, KeyError, TypeError):
+                release(self.plan, {(a.kind, held(self.plan, a.kind, a.args)[0])
+                                    for a in self.actions if a.kind in HELD})
+
+    def _restore(self) -> None:
         for churn in self._churns:
             churn.stop()
         if self._watchdog is not None:

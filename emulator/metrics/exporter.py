@@ -1,7 +1,9 @@
 """The Prometheus side: families -> exposition text, and an HTTP server for one lab.
 
-The exporter is its own process (`rocelab metrics LAB`), never the PFC
-controller: a scrape must not steal the controller's reaction time.
+The exporter is its own process (`rocelab metrics LAB`, or the one `rocelab up
+--metrics ADDR:PORT` starts: `python -m emulator.metrics.exporter --lab LAB
+--listen ADDR:PORT --ready FILE`), never the PFC controller: a scrape must not
+steal the controller's reaction time.
 
 Exposition is formatted here rather than by prometheus_client's
 generate_latest, which needs ~48 ms of CPU for the ~2,500 samples of
@@ -12,18 +14,24 @@ generate_latest (`reference_exposition`) and to prometheus_client's parser.
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
+import json
+import os
+import signal
+import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from ..errors import RocelabError
-from .model import Family, Kind
+from .model import Family, Histogram, Kind, Labels
 from .scrape import Scraper
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
@@ -42,6 +50,8 @@ def exposition(families: Iterable[Family]) -> str:
     for fam in families:
         help_ = fam.help.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {fam.name} {help_}\n# TYPE {fam.name} {fam.kind.value}\n")
+        for labels, hist in fam.histograms:
+            out += _histogram_lines(fam.name, labels, hist)
         for labels, value in fam.samples:
             text = label_text.get(id(labels))
             if text is None:
@@ -51,10 +61,30 @@ def exposition(families: Iterable[Family]) -> str:
     return "".join(out)
 
 
+def _histogram_lines(name: str, labels: Labels, hist: Histogram) -> list[str]:
+    """One histogram as prometheus_client writes it: every `_bucket` (labels sorted, `le`
+    among them), then `_count` and `_sum`."""
+    items = sorted((k, _escape(v)) for k, v in labels.items())
+    before = "".join(f'{k}="{v}",' for k, v in items if k < "le")
+    after = "".join(f',{k}="{v}"' for k, v in items if k > "le")
+    plain = ",".join(f'{k}="{v}"' for k, v in items)
+    plain = f"{{{plain}}}" if plain else ""
+    lines = [f'{name}_bucket{{{before}le="{floatToGoString(le)}"{after}}} {floatToGoString(n)}\n'
+             for le, n in hist.cumulative()]
+    lines.append(f"{name}_count{plain} {floatToGoString(hist.count)}\n")
+    lines.append(f"{name}_sum{plain} {floatToGoString(hist.sum)}\n")
+    return lines
+
+
 def to_prometheus(families: Iterable[Family]) -> Iterator[Metric]:
     for fam in families:
         base = fam.name.removesuffix("_total") if fam.kind is Kind.COUNTER else fam.name
         metric = Metric(base, fam.help, fam.kind.value)
+        for labels, hist in fam.histograms:
+            for le, n in hist.cumulative():
+                metric.add_sample(f"{fam.name}_bucket", labels | {"le": floatToGoString(le)}, n)
+            metric.add_sample(f"{fam.name}_count", labels, hist.count)
+            metric.add_sample(f"{fam.name}_sum", labels, hist.sum)
         for labels, value in fam.samples:
             metric.add_sample(fam.name, labels, value)
         yield metric
@@ -75,6 +105,14 @@ def reference_exposition(families: list[Family]) -> str:
 class Listen:
     host: str
     port: int
+
+    def url(self, port: int | None = None) -> str:
+        """The /metrics URL (with `port`: the one actually bound, for port 0)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port if port is None else port}/metrics"
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     @classmethod
     def parse(cls, text: str) -> Listen:
@@ -120,3 +158,50 @@ def serve(scraper: Scraper, listen: Listen) -> tuple[ThreadingHTTPServer, thread
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()
     return server, thread
+
+
+def run(scraper: Scraper, listen: Listen, ready: Callable[[int], None]) -> None:
+    """Serve until SIGINT or SIGTERM; `ready(port)` once listening (port 0: the one bound)."""
+    # Block the stop signals before the server thread exists, so it inherits the
+    # mask and only sigwait() below ever receives them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    server, thread = serve(scraper, listen)
+    ready(server.server_port)
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    server.shutdown()
+    thread.join(5)
+
+
+def main() -> None:
+    """The exporter `up --metrics` starts (in the root namespace, tagged with the lab).
+
+    Writes --ready FILE ({"pid", "url", "listen"}, atomically) once it listens; a
+    failure to listen is one line on stderr and exit 1, which `up` reports."""
+    from .. import state
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--lab", required=True)
+    ap.add_argument("--listen", required=True, help="ADDRESS:PORT (port 0: a free one)")
+    ap.add_argument("--ready", type=Path, help="write the URL here once listening")
+    args = ap.parse_args()
+    scraper = Scraper(state.lab_plan(args.lab))
+
+    def ready(port: int) -> None:
+        if args.ready:
+            tmp = args.ready.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"pid": os.getpid(), "url": where.url(port),
+                                       "listen": str(Listen(where.host, port))}) + "\n")
+            tmp.replace(args.ready)
+
+    try:
+        where = Listen.parse(args.listen)
+        run(scraper, where, ready)
+    except RocelabError as e:
+        print(f"rocelab metrics: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        scraper.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -169,13 +169,17 @@ def test_prometheus_answers_promql_about_the_fabric(cc, prometheus):
     assert series('min(rocelab_bgp_ecmp_min_paths{node=~"leaf.*"}) == 2')
     ok = series("rocelab_scrape_collector_success")
     assert {r["metric"]["collector"]: r["value"][1] for r in ok} == dict.fromkeys(
-        ("lab", "interface", "qdisc", "dataplane", "bgp", "engine"), "1")
+        ("lab", "interface", "qdisc", "dataplane", "bgp", "engine", "events"), "1")
     assert series('up{job="rocelab"} == 1')
     dashboard = json.loads(Path("docs/grafana-dashboard.json").read_text())
-    for panel in dashboard["panels"]:  # every Grafana expression is valid PromQL
-        for target in panel.get("targets", []):
-            expr = target["expr"].replace("$lab", cc.name).replace("$__rate_interval", "10s")
-            query(prometheus, expr)
+    exprs = ([t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+             + [a["expr"] for a in dashboard["annotations"]["list"]])
+    for expr in exprs:  # every Grafana expression (panels, annotations) is valid PromQL
+        query(prometheus, expr.replace("$lab", cc.name).replace("$__rate_interval", "10s")
+              .replace("$flow", ".*"))
+    # the kv run above is over: its histogram no longer moves, so the quantile of the totals
+    handoff = series("histogram_quantile(0.5, sum by (node, le) (rocelab_kv_handoff_seconds_bucket)) > 0")
+    assert {r["metric"]["node"] for r in handoff} <= {h.name for h in cc.plan.hosts}
 
 
 def test_the_incast_report_has_every_plot(cc, tmp_path):

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from emulator.errors import RocelabError
+from emulator.metrics.collectors.engine import QP_COUNTERS
 from emulator.metrics.exporter import Listen, exposition, reference_exposition
 from emulator.metrics.model import Family, Kind
 from emulator.metrics.scrape import Outcome, build, load_capture
@@ -25,7 +26,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 CAPTURE = FIXTURES / "clos-2x4-cc"
 GOLDEN = FIXTURES / "clos-2x4-cc.prom"
 LABELS = {"lab", "node", "port", "tc", "qp", "peer", "collector", "topology", "addressing",
-          "spines", "leaves", "hosts"}
+          "spines", "leaves", "hosts", "flow", "src", "dst", "event", "kind", "target", "how",
+          "setting", "action"}
+STORM = FIXTURES / "clos-2x4-cc-storm"  # histograms, flows, faults and actions (test_metrics_storm)
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +62,18 @@ def test_fast_exposition_is_byte_identical_to_prometheus_client(captured):
     assert {"rocelab_qdisc_sent_bytes", "rocelab_bgp_sessions_established"} <= parsed
 
 
-def test_names_units_and_labels_follow_the_convention(captured):
-    for fam in captured[2].families:
+@pytest.fixture(scope="module")
+def storm():
+    plan, outcomes = load_capture(STORM, source="topologies/clos-2x4-cc.yaml")
+    return build(plan, outcomes, clock=lambda: 0.0)
+
+
+def test_names_units_and_labels_follow_the_convention(captured, storm):
+    for fam in captured[2].families + storm.families:
         assert re.fullmatch(r"rocelab_[a-z]+_[a-z0-9_]+", fam.name), fam.name
         assert (fam.kind is Kind.COUNTER) == fam.name.endswith("_total"), fam.name
-        for labels, _ in fam.samples:
+        assert (fam.kind is Kind.HISTOGRAM) == bool(fam.histograms) or not fam.samples, fam.name
+        for labels, _ in fam.samples + fam.histograms:
             assert list(labels)[0] == "lab" and set(labels) <= LABELS, (fam.name, labels)
     with pytest.raises(ValueError):
         Family("rocelab_x_bytes", Kind.COUNTER, "a counter without _total")
@@ -144,23 +154,48 @@ def test_a_failed_collector_costs_only_its_own_metrics(captured):
     assert "parse: " in broken["engine"].error
 
 
-def test_every_metric_is_documented(captured):
+def test_every_metric_is_documented(captured, storm):
     doc = Path("docs/telemetry.md").read_text()
-    missing = [f.name for f in captured[2].families if f"`{f.name}`" not in doc
-               and not f.name.startswith("rocelab_engine_qp_")]  # documented as a pattern
+    patterns = {f"rocelab_{scope}_{name}_total" for scope in ("engine_qp", "flow")
+                for name, _ in QP_COUNTERS.values()}  # documented as patterns
+    missing = [f.name for f in captured[2].families + storm.families
+               if f"`{f.name}`" not in doc and f.name not in patterns]
     assert not missing, f"docs/telemetry.md lacks {missing}"
-    assert "`rocelab_engine_qp_<counter>_total`" in doc
+    assert "`rocelab_engine_qp_<counter>_total`" in doc and "`rocelab_flow_<counter>_total`" in doc
 
 
-def test_grafana_dashboard_uses_only_exported_metrics(captured):
+FINDING_KINDS = ("pause-storm", "ecn-off", "dcqcn-off-host", "ecmp-collision", "congested-spine",
+                 "routing", "gray-link", "lossless-drops", "mtu-mismatch")  # rocelab diagnose's
+
+
+def dashboard_exprs(dash: dict) -> list[str]:
+    """Every PromQL expression of the dashboard: panels' targets and annotations."""
+    return ([t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+            + [a["expr"] for a in dash["annotations"]["list"]])
+
+
+def test_grafana_dashboard_uses_only_exported_metrics(captured, storm):
     dash = json.loads(Path("docs/grafana-dashboard.json").read_text())
-    known = {f.name for f in captured[2].families}
-    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    known = {f.name for f in captured[2].families + storm.families}
+    known |= {f"{f.name}_{s}" for f in storm.families if f.kind is Kind.HISTOGRAM
+              for s in ("bucket", "count", "sum")}
+    exprs = dashboard_exprs(dash)
     used = {m for e in exprs for m in re.findall(r"rocelab_[a-z0-9_]+", e)}
     assert len(exprs) >= 20 and used and used <= known, used - known
+    assert {"rocelab_pfc_reaction_seconds_bucket", "rocelab_kv_handoff_seconds_bucket",
+            "rocelab_transfer_duration_seconds_bucket"} <= used
+    assert all("histogram_quantile" in e for e in exprs if "_bucket" in e)
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
-    titles = {p["title"] for p in dash["panels"] if p["type"] == "row"}
-    assert titles == {"Fabric overview", "Hottest queues", "ECN and PFC", "Queue pairs"}
+    titles = [p["title"] for p in dash["panels"] if p["type"] == "row"]
+    assert titles == ["Fabric overview", "Hottest queues", "ECN and PFC", "Queue pairs", "Flows",
+                      *(f"diagnose: {k}" for k in FINDING_KINDS)]
+    rows = [i for i, p in enumerate(dash["panels"]) if p["type"] == "row"] + [len(dash["panels"])]
+    for a, b in zip(rows[5:], rows[6:]):  # each finding: 1-3 panels
+        assert 1 <= b - a - 1 <= 3, dash["panels"][a]["title"]
+    notes = {a["expr"] for a in dash["annotations"]["list"]}
+    assert notes == {'rocelab_fault_active{lab="$lab"}', 'rocelab_action_active{lab="$lab"}'}
+    y = [(p["gridPos"]["y"], p["gridPos"]["x"]) for p in dash["panels"]]
+    assert y == sorted(y)  # laid out top to bottom, as Grafana reads them
 
 
 def test_listen_addresses():

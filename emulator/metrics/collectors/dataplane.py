@@ -5,7 +5,8 @@ fetch: a copy of the stats map's bytes up to the lab's highest port id
 here talks to the controller process: it keeps reacting to pauses while
 we read (see congestion/controller.py).
 parse: unpack every port's TC 0/3/6 entries; paused seconds per paused
-egress port and reaction-time quantiles from pfc.json.
+egress port, the reaction-time histograms (bucket counts the controller
+keeps since it started) and quantiles of its recent reactions from pfc.json.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ...congestion.maps import MAX_PORTS, NTC, STAT, STAT_FIELDS
 from ...congestion.model import TCS
 from ...paths import lab_run_dir
 from ...plan import Plan
-from ..model import Families, Family, Kind, Source
+from ..model import Families, Family, Histogram, Kind, Source
 
 NAME = "dataplane"
 C, G = Kind.COUNTER, Kind.GAUGE
@@ -107,6 +108,11 @@ def _pfc(fams: Families, text: str) -> None:
         fams.add(C, "rocelab_pfc_paused_seconds_total",
                  "Wall seconds this egress port's class spent paused by PFC.", seconds,
                  fams.labels(node=node, port=port, tc=tc))
+    for event, hist in sorted(pfc.get("reaction_hist", {}).items()):
+        fams.add_histogram("rocelab_pfc_reaction_seconds",
+                           "PFC reaction time: a BPF XOFF (XON) event to the upstream class paused "
+                           "(resumed), every reaction since the controller started.",
+                           Histogram.from_json(hist), fams.labels(event=event))
     reactions = pfc.get("reaction_us") or []
     if len(reactions) >= 2:
         q = statistics.quantiles(reactions, n=100, method="inclusive")

@@ -2,10 +2,12 @@
 
 fetch: the `stats` reply of every host engine that is running (engines
 start on a host's first transfer), over its unix socket, with a timeout.
-parse: per QP (label `qp`, hex QPN) every QpCounters field and the DCQCN
-rate, target and alpha; per host the transport counters, the summed
-counters of QPs already finished (so host totals only grow), and the
-progress of transfers in flight.
+parse: per QP (label `qp`, hex QPN; `flow`, `src`, `dst` of the flow it
+serves) every QpCounters field and the DCQCN rate, target and alpha; per
+host the transport counters, the summed counters of QPs already finished
+(so host totals only grow), the progress of transfers in flight and the
+histograms of finished transfers; per flow (labels `flow`, `src`, `dst`) its
+QPs' counters summed over every handoff, so a flow's series outlive its QPs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from ...paths import node_run_dir
 from ...plan import Plan
-from ..model import Families, Family, Kind, Labels, Source
+from ..model import Families, Family, Histogram, Kind, Labels, Source
 
 NAME = "engine"
 TIMEOUT_S = 1.0
@@ -49,6 +51,14 @@ DCQCN = {  # dcqcn_state field -> (metric, kind, help)
     "target_bps": ("rocelab_qp_dcqcn_target_rate_bits_per_second", G, "DCQCN target rate (Rt)."),
     "alpha": ("rocelab_qp_dcqcn_alpha_ratio", G, "DCQCN alpha (congestion estimate, 0-1)."),
     "reductions": ("rocelab_qp_dcqcn_rate_reductions_total", C, "DCQCN rate cuts."),
+}
+HISTOGRAMS = {  # stats "histograms" key -> (metric, help)
+    "transfer_duration_seconds": (
+        "rocelab_transfer_duration_seconds",
+        "Data phase of each transfer this engine initiated and finished (wall; FCT)."),
+    "kv_handoff_seconds": (
+        "rocelab_kv_handoff_seconds",
+        "QP setup + data phase of each transfer this engine initiated and finished (wall)."),
 }
 TRANSPORT = {  # TransportCounters field -> (metric, help)
     "rx_datagrams": ("rocelab_engine_rx_datagrams_total", "Datagrams received."),
@@ -102,9 +112,17 @@ class Collector(Source):
             if not ok:
                 continue
             _host(fams, labels, reply)
+            flows = reply.get("qp_flows", {})
             for qpn, counters in sorted(reply.get("qps", {}).items(), key=lambda kv: int(kv[0])):
-                _qp(fams, fams.labels(node=host, qp=f"{int(qpn):#x}"), counters)
-            _transfers(fams, plan, host, reply.get("transfers", []))
+                flow = dict(zip(("flow", "src", "dst"), flows.get(qpn, ())))
+                _qp(fams, fams.labels(node=host, qp=f"{int(qpn):#x}", **flow), counters)
+            _transfers(fams, plan, host, reply.get("transfers", []), flows)
+            for f in reply.get("flows", []):
+                _flow(fams, fams.labels(node=host, flow=f["flow"], src=f["src"], dst=f["dst"]), f)
+            for key, (metric, help_) in HISTOGRAMS.items():
+                if key in reply.get("histograms", {}):
+                    fams.add_histogram(metric, help_, Histogram.from_json(reply["histograms"][key]),
+                                       labels)
         return fams.as_list()
 
 
@@ -120,6 +138,23 @@ def _host(fams: Families, labels: Labels, reply: dict[str, Any]) -> None:
     for field, (name, help_) in QP_COUNTERS.items():
         total = reply["retired"].get(field, 0) + sum(c.get(field, 0) for c in live)
         fams.add(C, f"rocelab_engine_qp_{name}_total", f"All QPs of the host: {help_}", total, labels)
+    if "dcqcn_reductions" in reply:
+        fams.add(C, "rocelab_engine_dcqcn_rate_reductions_total",
+                 "DCQCN rate cuts over all QPs of the host, finished ones included.",
+                 reply["dcqcn_reductions"], labels)
+
+
+def _flow(fams: Families, labels: Labels, flow: dict[str, Any]) -> None:
+    """One flow as this engine saw it: its QPs' counters summed over every handoff."""
+    counters = flow["counters"]
+    fams.add(C, "rocelab_flow_transfers_total",
+             "Transfers of the flow this engine initiated and finished.", flow["transfers"], labels)
+    for field, (name, help_) in QP_COUNTERS.items():
+        fams.add(C, f"rocelab_flow_{name}_total", f"All QPs of the flow on this host: {help_}",
+                 counters.get(field, 0), labels)
+    fams.add(C, "rocelab_flow_dcqcn_rate_reductions_total",
+             "DCQCN rate cuts over all QPs of the flow on this host.",
+             counters.get("dcqcn_reductions", 0), labels)
 
 
 def _qp(fams: Families, labels: Labels, counters: dict[str, Any]) -> None:
@@ -133,14 +168,17 @@ def _qp(fams: Families, labels: Labels, counters: dict[str, Any]) -> None:
             fams.add(kind, metric, help_, counters["dcqcn"][field], labels)
 
 
-def _transfers(fams: Families, plan: Plan, host: str, transfers: list[dict[str, Any]]) -> None:
+def _transfers(fams: Families, plan: Plan, host: str, transfers: list[dict[str, Any]],
+               flows: dict[str, list[str]]) -> None:
     """Transfers in flight that this host initiated (label qp: its first QP)."""
     by_ip = {h.address: h.name for h in plan.hosts}
     fams.add(G, "rocelab_engine_transfers_active", "Transfers this engine initiated, in flight.",
              len(transfers), fams.labels(node=host))
     for t in transfers:
         peer = by_ip.get(t.get("peer_ip"), t.get("peer_ip") or "?")
-        labels = fams.labels(node=host, qp=f"{t['qpns'][0]:#x}", peer=peer)
+        flow = flows.get(str(t["qpns"][0]))
+        labels = fams.labels(node=host, qp=f"{t['qpns'][0]:#x}", peer=peer,
+                             **({"flow": flow[0]} if flow else {}))
         fams.add(G, "rocelab_engine_transfer_done_bytes",
                  "Bytes of a transfer in flight whose messages completed.", t["bytes_done"], labels)
         fams.add(G, "rocelab_engine_transfer_size_bytes", "Size of a transfer in flight.",
