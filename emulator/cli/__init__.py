@@ -42,6 +42,8 @@ class RocelabGroup(click.Group):
             _fail(e.exit_code, type(e).__name__, str(e))
         except KeyboardInterrupt:
             _fail(ExitCode.INTERRUPTED, "Interrupted", "interrupted")
+        except BrokenPipeError:  # `rocelab ... | head`: main() exits quietly
+            raise
         except OSError as e:  # a path the user gave that cannot be read or written
             where = f"{e.filename}: " if e.filename else ""
             _fail(ExitCode.ERROR, type(e).__name__, f"{where}{e.strerror or e}")

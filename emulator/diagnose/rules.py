@@ -9,6 +9,7 @@ symptoms they cause (a pause storm, a congested spine).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -262,7 +263,7 @@ def pause_storm(ev: Evidence) -> list[Finding]:
     worst = max(paused.values(), default=0.0)
     congested_key = f"{congested[0]}:{congested[1]}"
     behind = congested[1]  # the host (or the node) the congested port leads to
-    victims = [f for f in ev.flows if f["dst"] != behind
+    victims = [f for f in ev.flows if f["dst"] != behind and f.get("spines")  # path known
                and any(paused.get(f"{h}:{ROCE_TC}", 0) > SIGNIFICANT_PAUSE * ev.window_s
                        for h in flow_hops(ev, f))
                and congested_key not in flow_hops(ev, f)]
@@ -467,8 +468,14 @@ def congested_spine(ev: Evidence, skip: set[str] | None = None) -> list[Finding]
         hop = f"{p['node']}:{p['port']}"
         crossing = [f for f in ev.flows if hop in flow_hops(ev, f)]
         avoiding = [f for f in ev.flows if f not in crossing]
-        lat_c = [v for f in crossing if (v := latency(f)) is not None]
-        lat_a = [v for f in avoiding if (v := latency(f)) is not None]
+        if any(f.get("handoff_p99_s") for f in crossing) and \
+                any(f.get("handoff_p99_s") for f in avoiding):  # like with like: KV handoffs
+            crossing_l = [f for f in crossing if f.get("handoff_p99_s")]
+            avoiding_l = [f for f in avoiding if f.get("handoff_p99_s")]
+        else:
+            crossing_l, avoiding_l = crossing, avoiding
+        lat_c = [v for f in crossing_l if (v := latency(f)) is not None]
+        lat_a = [v for f in avoiding_l if (v := latency(f)) is not None]
         slower = median(lat_c) / median(lat_a) if lat_c and lat_a and median(lat_a) > 0 else None
         sev = Severity.WARNING if slower is not None and slower >= 1.5 else Severity.INFO
         evidence = [item("queued_above_kmin_seconds", above, p["node"], p["port"], ROCE_TC,
@@ -641,20 +648,22 @@ def gray_link(ev: Evidence, silent: set[frozenset[str]] | None = None) -> list[F
 
 def lossless_drops(ev: Evidence) -> list[Finding]:
     out = []
-    pauses_rx = {(p["node"], p["port"]): p.get("pause_rx", 0) for p in tc3_ports(ev)}
+    sent: dict[str, int] = defaultdict(int)  # PFC frames each node sent (counted under TC 0)
+    for p in ev.ports:
+        sent[p["node"]] += p.get("pause_tx", 0)
     for labels, drops in sorted(ev.metric("rocelab_qdisc_class_dropped_packets_total").items()):
         d = dict(labels)
         if d.get("tc") != str(ROCE_TC) or drops <= 0:
             continue
         node, port = d["node"], d["port"]
         peer = ev.peer(node, port)
-        upstream_paused = sum(v for (n, _), v in pauses_rx.items() if n == node)
-        if upstream_paused == 0:
+        if sent[node] == 0:
             why = (f"{node} never paused its senders (0 PFC frames sent): PFC is off on "
                    f"{node} or on TC {ROCE_TC}")
             fix = f"enable PFC on TC {ROCE_TC} on {node} (and the hosts' NICs)"
         else:
-            why = "PFC paused too late: the headroom above XOFF did not hold what was in flight"
+            why = (f"PFC paused too late ({sent[node]} PFC frames sent): the buffer above "
+                   "XOFF did not hold what was still arriving")
             fix = (f"lower XOFF or add headroom on {node} (headroom >= 2 x link delay x "
                    "rate + MTU)")
         hurt = [f for f in ev.flows if f"{node}:{port}" in flow_hops(ev, f)]
@@ -662,8 +671,8 @@ def lossless_drops(ev: Evidence) -> list[Finding]:
                            f"{int(drops)} packets dropped in the lossless class at {node}:{port}"
                            f"{' toward ' + peer[0] if peer else ''}: {why}",
                            [item("qdisc_class_dropped_packets", drops, node, port, ROCE_TC)],
-                           {"flows": _names(hurt), "hosts": _hosts(hurt)}, fix, 2.8,
-                           [node, f"{node}:{port}"]))
+                           {"flows": _names(hurt), "hosts": _hosts(hurt)}, fix,
+                           2.8 + min(0.19, math.log10(drops) / 100), [node, f"{node}:{port}"]))
     return out
 
 
@@ -674,30 +683,50 @@ def mtu_mismatch(ev: Evidence) -> list[Finding]:
     mtu = ev.by_port("rocelab_interface_mtu_bytes")
     drops = ev.by_port("rocelab_interface_tx_dropped_packets_total")
     need = ev.roce_mtu + ROCE_HEADERS
-    out, seen = [], set()
+    bad: list[tuple[str, str, str, str, float, float]] = []
+    seen: set[frozenset[str]] = set()
     for a, ap, b, bp in _directions(ev):
         link = frozenset((a, b))
         ma, mb = mtu.get(f"{a}:{ap}"), mtu.get(f"{b}:{bp}")
-        if ma is None or mb is None or link in seen:
-            continue
-        small = min(ma, mb)
-        if ma == mb and small >= need:
+        if ma is None or mb is None or link in seen or (ma == mb and ma >= need):
             continue
         seen.add(link)
-        hurt = [f for f in ev.flows if link in flow_links(ev, f)]
-        dropped = drops.get(f"{a}:{ap}", 0) + drops.get(f"{b}:{bp}", 0)
-        parts = [f"{a}:{ap} {int(ma)}", f"{b}:{bp} {int(mb)}"]
-        cause = (f"MTU mismatch on {a}-{b} ({', '.join(parts)})" if ma != mb
-                 else f"MTU {int(small)} on {a}-{b}")
+        bad.append((a, ap, b, bp, ma, mb))
+    # a node whose own ends differ from every peer's: one finding for all its links
+    odd: dict[str, list[tuple[str, str, str, str, float, float]]] = defaultdict(list)
+    for a, ap, b, bp, ma, mb in bad:
+        if ma != mb:
+            node, port, peer, peer_port, mine, theirs = (a, ap, b, bp, ma, mb) if ma < mb \
+                else (b, bp, a, ap, mb, ma)
+            odd[node].append((node, port, peer, peer_port, mine, theirs))
+        else:
+            odd[f"{a}-{b}"].append((a, ap, b, bp, ma, mb))
+    out = []
+    for key, links in sorted(odd.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        small = min(min(m, t) for *_, m, t in links)
+        node = links[0][0]
+        peers = [lk[2] for lk in links]
+        pairs = {frozenset((lk[0], lk[2])) for lk in links}
+        hurt = [f for f in ev.flows if flow_links(ev, f) & pairs]
+        dropped = sum(drops.get(f"{lk[2]}:{lk[3]}", 0) + drops.get(f"{lk[0]}:{lk[1]}", 0)
+                      for lk in links)
+        if "-" in key:
+            cause = f"MTU {int(small)} on both ends of {key}"
+        else:
+            cause = (f"MTU mismatch: {node}'s end of {len(links)} link(s) is at "
+                     f"{int(links[0][4])} while {', '.join(peers)} are at "
+                     f"{int(max(t for *_, t in links))}")
         if small < need:
-            cause += f": below the {need} B a {ev.roce_mtu} B RoCE frame needs, so full frames are dropped"
+            cause += (f": below the {need} B a {ev.roce_mtu} B RoCE frame needs, so full "
+                      "frames are dropped")
+        evidence = [item("mtu_bytes", m, n, p) for n, p, *_, m, _ in links[:4]]
+        evidence += [item("mtu_bytes", t, pe, pp) for _, _, pe, pp, _, t in links[:4]]
+        evidence.append(item("tx_dropped_packets", dropped, node))
         out.append(Finding("mtu-mismatch", Severity.CRITICAL if small < need else Severity.WARNING,
-                           cause, [item("mtu_bytes", ma, a, ap), item("mtu_bytes", mb, b, bp),
-                                   item("tx_dropped_packets", dropped, a, ap)],
-                           {"flows": _names(hurt), "hosts": _hosts(hurt)},
-                           f"set the same MTU on both ends of {a}-{b}, at least {need} "
-                           f"(9000 on a RoCE fabric), or lower the RoCE path MTU",
-                           3.0, [a, b, f"{a}:{ap}", f"{b}:{bp}"]))
+                           cause, evidence, {"flows": _names(hurt), "hosts": _hosts(hurt)},
+                           f"set the same MTU on both ends ({node} and its peers), at least "
+                           f"{need} (9000 on a RoCE fabric), or lower the RoCE path MTU",
+                           3.0, [node, *peers, *[f"{lk[0]}:{lk[1]}" for lk in links]]))
     return out
 
 

@@ -23,9 +23,25 @@ def run(experiment: str, name: str, tmp_path) -> dict:
     return json.loads((tmp_path / "results.json").read_text())
 
 
+def diagnosed(tmp_path, code: int) -> list[dict]:
+    """`rocelab diagnose` on the run in tmp_path: its findings, after checking the exit code
+    (0: nothing above info, 13: a warning or critical finding)."""
+    res = cli("diagnose", "--results", str(tmp_path / "results.json"), "--json", check=False)
+    assert res.returncode == code, (res.returncode, res.stderr, res.stdout[:2000])
+    return json.loads(res.stdout)["findings"]
+
+
 @pytest.fixture(scope="module")
 def incast(cc, tmp_path_factory):
-    return run("incast", cc.name, tmp_path_factory.mktemp("incast"))
+    out = tmp_path_factory.mktemp("incast")
+    return run("incast", cc.name, out) | {"out": str(out)}
+
+
+def test_diagnose_finds_the_incast_with_dcqcn_healthy(incast):
+    from pathlib import Path
+
+    found = diagnosed(Path(incast["out"]), 0)
+    assert all(f["severity"] == "info" for f in found), found
 
 
 def test_incast_is_fair_marked_and_lossless(incast):
@@ -111,6 +127,13 @@ def test_dcqcn_off_on_one_switch_pauses_spread_and_hurt_a_victim(cc, incast, tmp
     assert all(f["naks_rx"] == 0 and f["retransmitted_packets"] == 0 for f in r["flows"]), [
         (f["name"], f["naks_rx"], f["retransmitted_packets"]) for f in r["flows"]]
     assert flows["victim"]["integrity_ok"]
+    # diagnose, from the counters alone: ECN off on leaf3 first, the pause storm it caused,
+    # and the victim named as head-of-line blocked
+    found = diagnosed(tmp_path, 13)
+    assert (found[0]["kind"], found[0]["where"][0]) == ("ecn-off", "leaf3"), found[0]
+    storm = next(f for f in found if f["kind"] == "pause-storm")
+    assert storm["cause"].startswith("pause storm from leaf3:decode1") and "victim" in storm["cause"]
+    assert not any(f["kind"] == "ecn-off" and f["where"][0] != "leaf3" for f in found), found
 
 
 def test_dcqcn_overrides_reach_the_engines(incast, tmp_path):
@@ -152,6 +175,11 @@ def test_pause_storm_spreads_stalls_others_and_recovers(cc, tmp_path):
     unrelated = next(f for f in r["flows"] if f["name"] == "unrelated")
     # decode2 kept draining, yet its flow stopped behind decode1's, until the backlog drained
     assert _stalled(unrelated, 1.8, 7.0)
+    # diagnose names decode1 as the origin and the unrelated flow as its victim
+    found = diagnosed(tmp_path, 13)
+    assert found[0]["kind"] == "pause-storm" and "decode1 stopped draining" in found[0]["cause"]
+    assert "unrelated" in found[0]["cause"].split("do not use")[1]
+    assert not any(f["kind"] == "ecn-off" for f in found), found
 
 
 def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(tmp_path):
@@ -165,3 +193,5 @@ def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(tmp_path):
     assert fail["convergence"]["leaf_ecmp"]["leaf1"] == [1, 1]  # one spine left
     assert heal["convergence"]["settled"]
     assert not leftovers(name)  # the run brought its lab up, so it took it down
+    # an L3 fault that healed leaves nothing above info (the lab is gone: from results.json)
+    assert all(f["severity"] == "info" for f in diagnosed(tmp_path, 0))

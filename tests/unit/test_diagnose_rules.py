@@ -231,8 +231,16 @@ def test_mtu_mismatch_and_too_small_mtu():
                                          ({"node": "leaf1", "port": "spine1"}, 9000),
                                          ({"node": "spine1", "port": "leaf1"}, 9000)]}
     found = rules.mtu_mismatch(evidence(metrics=m))
-    assert len(found) == 1 and found[0].cause.startswith("MTU mismatch on leaf1-spine2")
+    assert len(found) == 1 and found[0].cause.startswith(
+        "MTU mismatch: spine2's end of 1 link(s) is at 1500 while leaf1 are at 9000")
     assert "below the 4140 B" in found[0].cause and found[0].severity is Severity.CRITICAL
+    m["rocelab_interface_mtu_bytes"] += [({"node": "leaf2", "port": "spine2"}, 9000),
+                                         ({"node": "spine2", "port": "leaf2"}, 1500)]
+    m["rocelab_interface_mtu_bytes"][2:4] = [({"node": "leaf1", "port": "spine1"}, 4000),
+                                             ({"node": "spine1", "port": "leaf1"}, 4000)]
+    found = rules.mtu_mismatch(evidence(metrics=m))  # one finding per odd node, then the link
+    assert [f.cause.split(":")[0] for f in found] == ["MTU mismatch", "MTU 4000 on both ends of leaf1-spine1"]
+    assert found[0].where[:3] == ["spine2", "leaf1", "leaf2"]
 
 
 # -- ranking and narrowing ------------------------------------------------------------------
