@@ -153,6 +153,8 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
             exporter = start_exporter(plan, metrics)
             undo.callback(state.kill_pids, [exporter.pid])
         realize(plan, undo)
+        if exporter is not None and exporter.poll() is not None:  # it failed: say so now
+            wait_exporter(plan, exporter)
         if plan.congestion:  # shaped ports, ECN, PFC: one controller owns the BPF dataplane
             progress(f"shaping ports at {plan.congestion.rate_bps / 1e6:g} Mbit/s "
                      f"(dilation {plan.congestion.dilation:g}), loading the BPF dataplane")

@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -147,13 +148,17 @@ def _handler(scraper: Scraper) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 def serve(scraper: Scraper, listen: Listen) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Start serving /metrics on a background thread."""
+    """Start serving /metrics on a background thread (an IPv6 address: an IPv6 socket)."""
+    cls = _Server6 if ":" in listen.host else ThreadingHTTPServer
     try:
-        server = ThreadingHTTPServer((listen.host, listen.port), _handler(scraper))
+        server = cls((listen.host, listen.port), _handler(scraper))
     except OSError as e:
-        raise RocelabError(f"cannot listen on {listen.host}:{listen.port}: "
-                           f"{e.strerror or e}") from None
+        raise RocelabError(f"cannot listen on {listen}: {e.strerror or e}") from None
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()

@@ -310,3 +310,23 @@ def test_up_refuses_a_taken_port_or_a_foreign_address_before_anything_exists():
     with pytest.raises(RocelabError, match="cannot listen"):
         lab.check_listen("192.0.2.1:9464")  # TEST-NET-1: not this machine's
     lab.check_listen("127.0.0.1:0")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_exporter_serves_ipv4_and_ipv6_loopback(storm, host):
+    import urllib.request
+    from types import SimpleNamespace
+
+    from emulator.metrics.exporter import serve
+
+    if host == "::1" and not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    scraper = SimpleNamespace(scrape=lambda: storm[2])
+    server, thread = serve(scraper, Listen(host, 0))  # type: ignore[arg-type]
+    try:
+        url = Listen(host, 0).url(server.server_port)
+        with urllib.request.urlopen(url, timeout=5) as r:
+            assert b"rocelab_pfc_reaction_seconds_bucket{" in r.read()
+    finally:
+        server.shutdown()
+        thread.join(5)
