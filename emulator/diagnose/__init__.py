@@ -56,11 +56,15 @@ def _select(ev: Evidence, flow: str | None, src: str | None, dst: str | None
 
 
 def _concerns(ev: Evidence, f: Finding, sel: dict[str, Any]) -> bool:
+    """A finding is on the path if it names the flow or one of its hosts, one of the
+    ports it leaves through, or has its main node (where[0]) on the path."""
     if set(f.affected.get("flows", [])) & sel["names"]:
         return True
     if set(f.affected.get("hosts", [])) & sel["hosts"]:
         return True
-    return any(w in sel["hops"] or w in sel["nodes"] or w in sel["hosts"] for w in f.where)
+    if f.where and (f.where[0] in sel["nodes"] or f.where[0] in sel["hosts"]):
+        return True
+    return any(w in sel["hops"] for w in f.where)
 
 
 def worst(findings: list[Finding]) -> Severity:

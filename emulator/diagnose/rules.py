@@ -206,6 +206,12 @@ def tc3_ports(ev: Evidence) -> list[dict[str, Any]]:
     return [p for p in ev.ports if p["tc"] == ROCE_TC]
 
 
+def active(flows: Iterable[dict[str, Any]], t0: float, t1: float) -> list[dict[str, Any]]:
+    """The flows that ran at some time in [t0, t1] (wall seconds since the run's start)."""
+    return [f for f in flows if f.get("start_s", 0.0) <= t1
+            and (f.get("end_s") is None or f["end_s"] >= t0)]
+
+
 def _names(flows: Iterable[dict[str, Any]]) -> list[str]:
     return sorted({f["name"] for f in flows})
 
@@ -245,7 +251,7 @@ def pause_storm(ev: Evidence) -> list[Finding]:
         hot = max((q for q in tc3_ports(ev) if q["node"] == origin),
                   key=lambda q: q.get("max_queued", 0), default=None)
         congested = (origin, hot["port"] if hot else "?")
-        into = [f for f in ev.flows if congested[1] in (f["dst"], ev.leaf_of(f["dst"]))]
+        into = [f for f in active(ev.flows, t, t) if congested[1] in (f["dst"], ev.leaf_of(f["dst"]))]
         if len(into) >= 2:
             why = (f"an incast: {len(into)} flows into {congested[1]} met at {origin}:"
                    f"{congested[1]} and {origin} paused its upstreams from {t:.2f} s")
@@ -280,7 +286,7 @@ def pause_storm(ev: Evidence) -> list[Finding]:
     if victims:
         cause += (f"; head-of-line blocked {len(victims)} flow(s) that do not use "
                   f"{congested_key}: {', '.join(_names(victims))}")
-    into_c = [f for f in ev.flows if f["dst"] == behind]
+    into_c = [f for f in active(ev.flows, t, float("inf")) if f["dst"] == behind]
     return [Finding("pause-storm", sev, cause, evidence,
                     {"flows": _names(victims + into_c), "hosts": _hosts(victims + into_c)},
                     fix, score + (0.1 if victims else 0.0),
@@ -315,7 +321,9 @@ def ecn_off(ev: Evidence) -> list[Finding]:
         if pauses:
             ev_items.append(item("pause_tx_frames", pauses, node))
         hops = {f"{node}:{p['port']}" for p, _, _, _ in ports}
-        hurt = [f for f in ev.flows if flow_hops(ev, f) & hops]
+        t0 = min(f or 0.0 for _, _, f, _ in ports)
+        t1 = max((f or 0.0) + a for _, a, f, _ in ports)
+        hurt = [f for f in active(ev.flows, t0, t1) if flow_hops(ev, f) & hops]
         port_list = ", ".join(f"{node}:{p['port']}" for p, _, _, _ in ports)
         cause = (f"ECN marking is off on {node}: its lossless queue ({port_list}) sat above "
                  f"Kmin for {max(a for _, a, _, _ in ports):.1f} s from "
@@ -356,9 +364,7 @@ def dcqcn_host(ev: Evidence) -> list[Finding]:
                     h["floor"].append(d["min_rate_bps"] / d["line_bps"])
     if not ev.flows:  # live: the engines' host totals and live QPs
         cnps = ev.by_node("rocelab_engine_qp_cnps_received_total")
-        cuts: dict[str, float] = defaultdict(float)
-        for labels, v in ev.metric("rocelab_qp_dcqcn_rate_reductions_total").items():
-            cuts[dict(labels)["node"]] += v
+        cuts = ev.by_node("rocelab_engine_dcqcn_rate_reductions_total")  # finished QPs too
         for host, n in cnps.items():
             per_host[host]["cnps"] += int(n)
             per_host[host]["cuts"] += int(cuts.get(host, 0))

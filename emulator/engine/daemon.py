@@ -273,6 +273,7 @@ class Engine:
             "digest": mine, "interruption_s": interruption, **total,
             "qps": [{"qpn": q.qpn, "remote_qpn": q.config.remote_qpn,
                      "udp_sport": qp_sport(q.config), "local_ip": self.ips[i % len(self.ips)],
+                     "dcqcn": counters[q.qpn].get("dcqcn"),  # None: DCQCN off on this QP
                      **{k: counters[q.qpn].get(k, 0) for k in SUM_KEYS}} for i, q in enumerate(qps)],
         }
 

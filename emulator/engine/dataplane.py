@@ -145,7 +145,8 @@ class DataPlane(threading.Thread):
                     self.retired[k] = self.retired.get(k, 0) + v
                 if flow is not None:
                     flow.retire(qp.counters.as_dict(), cuts)
-                out[qpn] = qp.counters.as_dict() | {"max_rx_gap_s": round(gap.max_gap_s, 6)}
+                out[qpn] = qp.counters.as_dict() | {"max_rx_gap_s": round(gap.max_gap_s, 6),
+                                                    "dcqcn": getattr(qp, "dcqcn_state", None)}
         return out
 
     def stop(self) -> None:

@@ -225,6 +225,7 @@ class FlowRecord:
     result: dict[str, Any] | None = None  # the engine's results folded into one
     error: str | None = None
     delivered: list[tuple[float, float]] = field(default_factory=list)  # (t, bytes completed)
+    via: str | None = None  # the spine the flow was pinned to (`via`)
     data_phases: list[tuple[float, float]] = field(default_factory=list)  # per transfer: data
     # start .. end (a failed one: when it began .. the failure)
 
@@ -369,7 +370,8 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
         "timeouts": r.get("timeouts", 0), "naks_rx": r.get("naks_rx", 0),
         "cnps_rx": r.get("cnps_rx", 0), "cnps_tx": r.get("cnps_tx", 0),
         "bad_icrc": r.get("bad_icrc", 0),
-        "spines": sorted({q["spine"] for q in r.get("qps", []) if q.get("spine")}),
+        "spines": sorted({q["spine"] for q in r.get("qps", []) if q.get("spine")}
+                         or ([f.via] if f.via else [])),  # a failed flow: where it was pinned
         "qps": [qp_summary(q) for q in r.get("qps", [])],
         "rate_series": rates(f.series),
         "interruption_s": None, "interruption_real_s": None, "interruption_from_s": None,

@@ -66,7 +66,8 @@ def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
     kv = flow.kv.model_dump() if flow.kv else None
     rate = dilation.wall_bps(parse_speed(flow.rate)) if flow.rate else 0.0
     return Job(Op(flow.op), size=parse_size(flow.size) if flow.size else 0, kv=kv, qps=flow.qps,
-               timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1}, rate_bps=rate,
+               timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1, "flow": flow.name},
+               rate_bps=rate,
                ack_timeout_s=parse_duration(flow.ack_timeout) if flow.ack_timeout is not None
                else 0.0)
 
@@ -141,7 +142,8 @@ class FlowRun(threading.Thread):
             bytes=self.job.payload_bytes * self.flow.repeat, repeat=self.flow.repeat,
             start_s=self.started - t0, end_s=self.ended - t0 if done else None,
             series=list(self.series), handoffs=list(self.handoffs), result=self.result,
-            error=self.error, delivered=[(round(self.started - t0, 4), 0)] + self.delivered,
+            error=self.error, via=self.flow.via,
+            delivered=[(round(self.started - t0, 4), 0)] + self.delivered,
             data_phases=list(self.data_phases))
 
     def _tick(self, done: int, _total: int, sent: int | None = None) -> None:

@@ -25,7 +25,7 @@ KEEP = (
     "rocelab_bgp_ecmp_expected_paths", "rocelab_bgp_host_prefixes_missing",
     "rocelab_engine_qp_cnps_received_total", "rocelab_engine_qp_retransmitted_packets_total",
     "rocelab_engine_qp_naks_received_total", "rocelab_engine_qp_bad_icrc_packets_total",
-    "rocelab_engine_bad_icrc_datagrams_total",
+    "rocelab_engine_bad_icrc_datagrams_total", "rocelab_engine_dcqcn_rate_reductions_total",
     "rocelab_qp_cnps_received_total", "rocelab_qp_dcqcn_rate_reductions_total",
     "rocelab_qp_dcqcn_rate_bits_per_second",
 )
