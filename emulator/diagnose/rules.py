@@ -29,6 +29,7 @@ MIN_CNPS = 5  # CNPs a host must have received before its (lack of) rate cuts me
 SIGNIFICANT_PAUSE = 0.05  # an egress paused this share of the window hurts flows
 LOSS_MIN_PACKETS = 200  # a link direction must carry this many packets to judge its loss
 LOSS_RATIO = 0.002  # 0.2 %: far above what a healthy veth loses (nothing)
+LOSS_MIN_LOST = 10  # ... and this many: the two ends are read a few ms apart (in flight)
 
 
 class Severity(IntEnum):
@@ -602,7 +603,7 @@ def gray_link(ev: Evidence, silent: set[frozenset[str]] | None = None) -> list[F
         if sent is None or got is None or sent < LOSS_MIN_PACKETS or got == 0:
             continue
         lost = sent - got
-        if lost / sent >= LOSS_RATIO:
+        if lost >= LOSS_MIN_LOST and lost / sent >= LOSS_RATIO:
             lossy[frozenset((a, b))].append(item("lost_packets", lost, a, ap, to=b,
                                                  sent=int(sent), ratio=round(lost / sent, 4)))
     bad = [f for f in ev.flows if any((q.get(k) or 0) > 0 for q in f.get("qps", [])
