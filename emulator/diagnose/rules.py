@@ -25,6 +25,7 @@ MIN_ABOVE_KMIN_S = 1.0  # a spine queue above Kmin this long (wall) while traffi
 MARKS_OWED = 20  # marks RED owed a stretch with none: P(0 | marking on) = e^-20
 CLEAN_SHARE = 0.4  # ... and many packets in it arrived unmarked (the CE counts upstream and
 # here are sampled 100 ms apart at slightly different times: a small share is noise)
+MIN_RATE_SHARE = 0.1  # a DCQCN floor at 10 % of line rate or more, reached: set too high
 MIN_CNPS = 5  # CNPs a host must have received before its (lack of) rate cuts mean anything
 SIGNIFICANT_PAUSE = 0.05  # an egress paused this share of the window hurts flows
 LOSS_MIN_PACKETS = 200  # a link direction must carry this many packets to judge its loss
@@ -360,7 +361,7 @@ def dcqcn_host(ev: Evidence) -> list[Finding]:
                 h["off"] += 1
             else:
                 h["cuts"] += d.get("reductions") or 0
-                if d.get("line_bps"):
+                if d.get("line_bps") and d.get("reductions"):
                     h["lowest"].append(d["lowest_bps"] / d["line_bps"])
                     h["floor"].append(d["min_rate_bps"] / d["line_bps"])
     if not ev.flows:  # live: the engines' host totals and live QPs
@@ -381,9 +382,11 @@ def dcqcn_host(ev: Evidence) -> list[Finding]:
                      "rate 0 times")
             fix = f"enable DCQCN on {host}'s NIC (the RoCE congestion-control profile)"
             score = 1.8
-        elif h["floor"] and min(h["floor"]) >= 0.5:
-            cause = (f"DCQCN on {host} cannot slow down enough: its minimum rate is "
-                     f"{min(h['floor']):.0%} of line rate, {h['cnps']} CNPs received")
+        elif h["floor"] and min(h["floor"]) >= MIN_RATE_SHARE and any(
+                low <= floor * 1.05 for low, floor in zip(h["lowest"], h["floor"])):
+            cause = (f"DCQCN on {host} cannot slow down enough: its QPs' rate cuts stopped at "
+                     f"the minimum rate, {min(h['floor']):.0%} of line rate, with "
+                     f"{h['cnps']} CNPs still arriving")
             fix = f"lower {host}'s DCQCN min rate (rpg_min_rate) to a few % of line rate"
             score = 1.6
         else:
@@ -437,6 +440,8 @@ def ecmp_collision(ev: Evidence) -> list[Finding]:
                     per_spine[s] += 1
         if len(crossing) < 2 and ev.flows:
             continue  # one flow on one spine: congestion, not a collision
+        if not ev.flows and above_kmin(ev, st).seconds < MIN_ABOVE_KMIN_S:
+            continue  # live, flows unknown: one flow's first burst marks too; want a standing queue
         evidence = [item("tx_bytes", hot_bytes, hot_spine, port),
                     *[item("tx_bytes", b, s, down[s][0]) for s, b in sorted(cold.items())],
                     item("ce_marked_packets", st.get("ce_marked", 0), hot_spine, port, ROCE_TC),

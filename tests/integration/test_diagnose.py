@@ -25,7 +25,8 @@ def diagnose(*args: str, code: int | None = None) -> dict:
     res = cli("diagnose", *args, "--json", check=False, timeout=120)
     out = json.loads(res.stdout)
     if code is not None:
-        assert res.returncode == code, (res.returncode, res.stderr, out)
+        assert res.returncode == code, (res.returncode, res.stderr, [
+            (f["severity"], f["kind"], f["cause"]) for f in out["findings"]])
     return out
 
 
@@ -89,12 +90,16 @@ def test_a_gray_link_is_localised(cc, tmp_path):
     assert [f for f in found if f["kind"] == "gray-link"] == [first]  # only that link
 
 
-def test_drops_in_the_lossless_class_are_named(tmp_path):
-    name = f"{PREFIX}dgnopfc"
+def on_own_lab(experiment: str, name: str, tmp_path) -> tuple[dict, list[dict]]:
+    """An experiment whose topology is its own: its lab brought up and down by the test."""
     try:
-        results, found = run_and_diagnose("lossless-drops", name, tmp_path)
+        return run_and_diagnose(experiment, f"{PREFIX}{name}", tmp_path)
     finally:
-        cli("down", name, check=False)
+        cli("down", f"{PREFIX}{name}", check=False)
+
+
+def test_drops_in_the_lossless_class_are_named(tmp_path):
+    results, found = on_own_lab("lossless-drops", "dgnopfc", tmp_path)
     assert results["lossless_drops"] > 0
     first = found[0]
     assert first["kind"] == "lossless-drops" and first["where"] == ["leaf3", "leaf3:decode1"]
@@ -102,11 +107,7 @@ def test_drops_in_the_lossless_class_are_named(tmp_path):
 
 
 def test_an_mtu_mismatch_on_the_roce_path_is_named(tmp_path):
-    name = f"{PREFIX}dgmtu"
-    try:
-        results, found = run_and_diagnose("mtu-mismatch", name, tmp_path)
-    finally:
-        cli("down", name, check=False)
+    results, found = on_own_lab("mtu-mismatch", "dgmtu", tmp_path)
     assert [f["name"] for f in results["flows"] if f["error"]] == ["through-spine2"]
     first = found[0]
     assert first["kind"] == "mtu-mismatch" and first["where"][0] == "spine2"

@@ -155,6 +155,11 @@ def test_dcqcn_overrides_reach_the_engines(incast, tmp_path):
     assert r["integrity_ok"] and r["lossless_drops"] == 0
     pauses = sum(p["pause_tx"] for p in r["ports"])
     assert pauses >= 10 * max(1, sum(p["pause_tx"] for p in incast["ports"])), pauses
+    # diagnose: the senders' DCQCN hit its floor (150G of 400G) with CNPs still arriving
+    found = diagnosed(tmp_path / "out", 13)
+    floors = [f for f in found if f["kind"] == "dcqcn-off-host"]
+    assert floors and all("stopped at the minimum rate, 38% of line rate" in f["cause"]
+                          for f in floors), found
 
 
 def _stalled(flow: dict, t0: float, t1: float) -> bool:

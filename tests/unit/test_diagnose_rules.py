@@ -135,7 +135,10 @@ def test_cnps_without_rate_cuts_is_dcqcn_off_on_that_host():
 def test_a_min_rate_near_line_rate_is_reported_as_misconfigured():
     ev = evidence(flows=[_cnp_flow("hi", "prefill1", 50, {"reductions": 9, "lowest_bps": 8e7,
                                                           "line_bps": 1e8, "min_rate_bps": 8e7})])
-    assert "minimum rate is 80% of line rate" in rules.dcqcn_host(ev)[0].cause
+    assert "stopped at the minimum rate, 80% of line rate" in rules.dcqcn_host(ev)[0].cause
+    ok_ = evidence(flows=[_cnp_flow("lo", "prefill1", 50, {"reductions": 9, "lowest_bps": 3e7,
+                                                           "line_bps": 1e8, "min_rate_bps": 1e5})])
+    assert rules.dcqcn_host(ok_) == []  # cut to 30 %: far above a floor of 0.1 %
 
 
 def test_a_few_cnps_mean_nothing():
