@@ -27,7 +27,7 @@ CLEAN_SHARE = 0.4  # ... and many packets in it arrived unmarked (the CE counts 
 # here are sampled 100 ms apart at slightly different times: a small share is noise)
 MIN_RATE_SHARE = 0.1  # a DCQCN floor at 10 % of line rate or more, reached: set too high
 MIN_CNPS = 5  # CNPs a host must have received before its (lack of) rate cuts mean anything
-SIGNIFICANT_PAUSE = 0.05  # an egress paused this share of the window hurts flows
+SIGNIFICANT_PAUSE_S = 0.5  # an egress paused this long (wall) stalls the flows through it
 LOSS_MIN_PACKETS = 200  # a link direction must carry this many packets to judge its loss
 LOSS_RATIO = 0.002  # 0.2 %: far above what a healthy veth loses (nothing)
 LOSS_MIN_LOST = 10  # ... and this many: the two ends are read a few ms apart (in flight)
@@ -271,8 +271,9 @@ def pause_storm(ev: Evidence) -> list[Finding]:
     worst = max(paused.values(), default=0.0)
     congested_key = f"{congested[0]}:{congested[1]}"
     behind = congested[1]  # the host (or the node) the congested port leads to
-    victims = [f for f in ev.flows if f["dst"] != behind and f.get("spines")  # path known
-               and any(paused.get(f"{h}:{ROCE_TC}", 0) > SIGNIFICANT_PAUSE * ev.window_s
+    victims = [f for f in active(ev.flows, t, float("inf"))
+               if f["dst"] != behind and f.get("spines")  # path known
+               and any(paused.get(f"{h}:{ROCE_TC}", 0) >= SIGNIFICANT_PAUSE_S
                        for h in flow_hops(ev, f))
                and congested_key not in flow_hops(ev, f)]
     evidence = spread + [item("paused_seconds", v, k.split(":")[0], k.split(":")[1],
