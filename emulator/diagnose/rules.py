@@ -23,7 +23,7 @@ ROCE_TC = 3
 ROCE_HEADERS = 20 + 8 + 12 + 4  # IPv4 + UDP + BTH + ICRC: an IP packet of RoCE payload + these
 MIN_ABOVE_KMIN_S = 1.0  # a spine queue above Kmin this long (wall) while traffic enters it
 MARKS_OWED = 20  # marks RED owed a stretch with none: P(0 | marking on) = e^-20
-CLEAN_SHARE = 0.4  # ... and many packets in it arrived unmarked (the CE counts upstream and
+CLEAN_SHARE = 0.1  # ... and some packets in it arrived unmarked (the CE counts upstream and
 # here are sampled 100 ms apart at slightly different times: a small share is noise)
 MIN_RATE_SHARE = 0.1  # a DCQCN floor at 10 % of line rate or more, reached: set too high
 MIN_CNPS = 5  # CNPs a host must have received before its (lack of) rate cuts mean anything
@@ -109,7 +109,7 @@ def _mark_probability(ev: Evidence, depth: float) -> float:
     return 1.0 if depth >= kmax else pmax * (depth - kmin) / (kmax - kmin)
 
 
-def above_kmin(ev: Evidence, port: dict[str, Any], ce_in: list[float] | None = None
+def above_kmin(ev: Evidence, port: dict[str, Any], ce_in: dict[float, float] | None = None
                ) -> AboveKmin:
     """`ce_in`: per sample interval, CE-marked packets that entered the port's node (they
     may all have left through this port: the estimate of unmarked arrivals is low)."""
@@ -131,7 +131,7 @@ def above_kmin(ev: Evidence, port: dict[str, Any], ce_in: list[float] | None = N
             first = q[i - 1][0] if first is None else first
         if gained == 0 and q[i - 1][1] > kmin and q[i][1] > kmin:
             arrived = (ect[i][1] - ect[i - 1][1]) if len(ect) == len(q) else 0.0
-            clean = max(0.0, arrived - (ce_in[i - 1] if ce_in and i - 1 < len(ce_in) else 0.0))
+            clean = max(0.0, arrived - (ce_in or {}).get(q[i][0], 0.0))
             if run_s == 0.0:
                 run_from = q[i - 1][0]
             run_s += dt
@@ -145,17 +145,19 @@ def above_kmin(ev: Evidence, port: dict[str, Any], ce_in: list[float] | None = N
     return AboveKmin(above, marks, first, *best)
 
 
-def ce_entering(ev: Evidence, node: str) -> list[float]:
-    """Per sample interval: CE-marked packets that arrived at `node`'s ports (TC 3)."""
-    out: list[float] = []
+def ce_entering(ev: Evidence, node: str) -> dict[float, float]:
+    """CE-marked packets that arrived at `node`'s ports (TC 3) in each sample interval,
+    keyed by the time that ends it. Every port is sampled at the same instants, but a
+    port's series starts only once it carries traffic: match by time, not by index."""
+    out: dict[float, float] = defaultdict(float)
     for p in tc3_ports(ev):
         if p["node"] != node:
             continue
         s = p.get("series", {}).get("rx_ce", [])
-        for i in range(1, len(s)):
-            if len(out) < i:
-                out.append(0.0)
-            out[i - 1] += s[i][1] - s[i - 1][1]
+        prev = 0.0  # the series counts from the window's start
+        for t, v in s:
+            out[t] += v - prev
+            prev = v
     return out
 
 

@@ -77,6 +77,22 @@ def test_a_deep_queue_of_packets_already_marked_upstream_is_not_ecn_off():
     assert rules.ecn_off(evidence([deep, into])) == []
 
 
+def test_ce_arrivals_are_matched_by_time_when_a_port_starts_late():
+    """A port's series starts once it carries traffic: aligning by index would shift the
+    CE arrivals and make RED look owed (a false ECN-off seen in CI). Here every packet
+    into the deep queue arrives CE: through leaf1 until 1 s, then through leaf2."""
+    deep = port("spine2", "leaf3", queued=3 * KMIN)
+    early = port("spine2", "leaf1", queued=0)
+    early["series"]["rx_ce"] = [(t, min(i, 10) * 300) for i, (t, _) in
+                                enumerate(early["series"]["rx_ce"])]
+    late = port("spine2", "leaf2", queued=0)
+    late["series"] = {k: v[10:] for k, v in late["series"].items()}  # active from 1.0 s
+    late["series"]["rx_ce"] = [(t, (i + 1) * 300) for i, (t, _) in enumerate(late["series"]["rx_ce"])]
+    assert rules.ecn_off(evidence([deep, early, late])) == []
+    late["series"]["rx_ce"] = [(t, 0) for t, _ in late["series"]["rx_ce"]]  # leaf2's unmarked
+    assert [f.where[0] for f in rules.ecn_off(evidence([deep, early, late]))] == ["spine2"]
+
+
 def test_a_queue_that_marks_or_stays_below_kmin_is_not_ecn_off():
     assert rules.ecn_off(evidence([port("leaf3", "decode1", queued=3 * KMIN, marks_per_step=1),
                                    port("leaf4", "decode3", queued=KMIN // 2)])) == []
