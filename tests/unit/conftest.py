@@ -11,7 +11,8 @@ UPDATE = os.environ.get("ROCELAB_UPDATE_GOLDEN") == "1"
 
 @pytest.fixture
 def golden():
-    """Compare text with a golden file; `make golden` rewrites them instead."""
+    """Compare text with a golden file (a path under tests/unit/golden, or an absolute one);
+    `make golden` rewrites them instead."""
     def check(relpath: str, text: str) -> None:
         path = GOLDEN / relpath
         if UPDATE:

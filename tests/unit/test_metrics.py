@@ -9,7 +9,6 @@ exposition is rewritten by `make golden` (ROCELAB_UPDATE_GOLDEN=1).
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -47,12 +46,8 @@ def one(scrape, name: str, **labels: str) -> float:
     return values(scrape, name)[tuple(sorted(labels.items()))]
 
 
-def test_golden_exposition(captured):
-    text = exposition(captured[2].families)
-    if os.environ.get("ROCELAB_UPDATE_GOLDEN") == "1":
-        GOLDEN.write_text(text)
-    assert GOLDEN.exists(), f"missing {GOLDEN}: run `make golden`"
-    assert text == GOLDEN.read_text(), f"{GOLDEN} differs: run `make golden` and review the diff"
+def test_golden_exposition(captured, golden):
+    golden(str(GOLDEN), exposition(captured[2].families))  # an absolute path: kept beside the capture
 
 
 def test_fast_exposition_is_byte_identical_to_prometheus_client(captured):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 from pathlib import Path
 
@@ -101,12 +100,8 @@ def test_bucket_bounds_span_what_they_measure():
 # -- the capture: exposition ----------------------------------------------------------
 
 
-def test_golden_exposition(storm):
-    text = exposition(storm[2].families)
-    if os.environ.get("ROCELAB_UPDATE_GOLDEN") == "1":
-        GOLDEN.write_text(text)
-    assert GOLDEN.exists(), f"missing {GOLDEN}: run `make golden`"
-    assert text == GOLDEN.read_text(), f"{GOLDEN} differs: run `make golden` and review the diff"
+def test_golden_exposition(storm, golden):
+    golden(str(GOLDEN), exposition(storm[2].families))  # an absolute path: kept beside the capture
 
 
 def test_histograms_are_byte_identical_to_prometheus_client_and_parse(storm):
