@@ -52,8 +52,8 @@ def command(name: str | None, window: str, results_path: str | None, flow: str |
             if h and h not in {n.name for n in plan.hosts}:
                 raise click.BadParameter(f"no host {h!r} in lab {plan.lab}",
                                          param_hint="--src/--dst")
-        with progress(f"sampling lab {plan.lab} for {seconds:g} s") as update:
-            ev = evidence.collect(plan, seconds, update)
+        with progress(f"sampling lab {plan.lab} for {seconds:g} s"):
+            ev = evidence.collect(plan, seconds)
     if flow and not ev.flows:
         raise click.UsageError("--flow needs a run's flows (--results); on a live lab use "
                                "--src and --dst")

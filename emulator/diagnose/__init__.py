@@ -25,9 +25,8 @@ def diagnose(ev: Evidence, flow: str | None = None, src: str | None = None,
         found += rule(ev)
     collided = {w for f in found if f.kind == "ecmp-collision" for w in f.where if ":" in w}
     found += rules.congested_spine(ev, skip=collided)
-    silent = {frozenset(f.where[:2]) for f in found
-              if f.kind == "routing" and f.cause.startswith("link ")}
-    found += rules.gray_link(ev, silent)
+    silent = rules.silent_links(ev)  # a dead link is routing's, not a gray link's
+    found += silent + rules.gray_link(ev, {frozenset(f.where[:2]) for f in silent})
     if flow or src or dst:
         found = [f for f in found if _concerns(ev, f, _select(ev, flow, src, dst))]
     found.sort(key=lambda f: (-f.severity, -f.score, f.kind, f.cause))

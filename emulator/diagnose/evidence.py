@@ -17,13 +17,12 @@ Counters are deltas over the window; gauges are their value at its end.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecError
 from ..metrics.snapshot import Metrics, Snapshots, delta, labels_of, thresholds, topology
-from ..plan import Kind, Plan
+from ..plan import Plan
 
 SAMPLE_EVERY_S = 0.1
 
@@ -96,11 +95,6 @@ class Evidence:
                 return other.split(":", 1)[0]
         return None
 
-    def series(self, node: str, port: str, tc: int) -> dict[str, list[tuple[float, float]]]:
-        for p in self.ports:
-            if (p["node"], p["port"], p["tc"]) == (node, port, tc):
-                return p.get("series", {})
-        return {}
 
 
 def from_results(results: dict[str, Any], source: str) -> Evidence:
@@ -121,9 +115,9 @@ def from_results(results: dict[str, Any], source: str) -> Evidence:
         metrics=ev.get("metrics", {}), flows=flows, roce_mtu=int(ev.get("roce_mtu", 4096)))
 
 
-def collect(plan: Plan, window_s: float, progress: Callable[[str], None] | None = None,
-            ) -> Evidence:
+def collect(plan: Plan, window_s: float) -> Evidence:
     """Sample a running lab for `window_s` seconds (live diagnose)."""
+    from ..experiment.analysis import paused_between
     from ..experiment.sampler import Sampler, pfc_snapshot
 
     snaps = Snapshots(plan)
@@ -134,24 +128,16 @@ def collect(plan: Plan, window_s: float, progress: Callable[[str], None] | None 
         start = snaps.take()
         if sampler:
             sampler.start()
-        if progress:
-            progress(f"sampling lab {plan.lab} for {window_s:g} s")
         time.sleep(window_s)
         ports = sampler.stop() if sampler else []
         pfc1 = pfc_snapshot(plan) if plan.congestion else {}
         end = snaps.take()
     finally:
         snaps.close()
-    paused = {k: round(v - pfc0.get("paused_s", {}).get(k, 0.0), 4)
-              for k, v in pfc1.get("paused_s", {}).items()
-              if v - pfc0.get("paused_s", {}).get(k, 0.0) > 0}
     kinds, peers = topology(plan)
     cp = plan.congestion
     return Evidence(lab=plan.lab, source="live", window_s=round(time.monotonic() - t0, 3),
                     dilation=plan.dilation, rate_bps=cp.rate_of(plan.speed_bps) if cp else None,
                     thresholds=thresholds(plan), kinds=kinds, peers=peers, ports=ports,
-                    paused_s=paused, metrics=delta(start, end), flows=[])
+                    paused_s=paused_between(pfc0, pfc1), metrics=delta(start, end), flows=[])
 
-
-def hosts(ev: Evidence) -> list[str]:
-    return sorted(n for n, k in ev.kinds.items() if k == Kind.HOST.value)

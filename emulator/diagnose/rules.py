@@ -307,10 +307,13 @@ def ecn_off(ev: Evidence) -> list[Finding]:
         return []
     silent: dict[str, list[tuple[dict[str, Any], float, float | None, float]]] = defaultdict(list)
     marking: dict[str, int] = defaultdict(int)
+    ce_in: dict[str, dict[float, float]] = {}  # per switch, shared by its ports
     for p in tc3_ports(ev):
         if ev.kind(p["node"]) == "host":
             continue
-        a = above_kmin(ev, p, ce_entering(ev, p["node"]))
+        if p["node"] not in ce_in:
+            ce_in[p["node"]] = ce_entering(ev, p["node"])
+        a = above_kmin(ev, p, ce_in[p["node"]])
         marking[p["node"]] += p.get("ce_marked", 0)
         if a.owed >= MARKS_OWED and a.clean_share >= CLEAN_SHARE:
             silent[p["node"]].append((p, a.unmarked_s, a.unmarked_from_s, a.owed))
@@ -558,7 +561,6 @@ def routing(ev: Evidence) -> list[Finding]:
                                [item("bgp_daemon_up", 0, node)], {"flows": [], "hosts": []},
                                f"look at {node}'s bgpd/zebra logs in the run directory",
                                2.7, [node]))
-    out += silent_links(ev)
     return out
 
 
@@ -571,6 +573,7 @@ def _directions(ev: Evidence) -> Iterable[tuple[str, str, str, str]]:
 
 
 def silent_links(ev: Evidence) -> list[Finding]:
+    """Routing findings too: links that carry nothing one way while carrier is up."""
     tx = ev.by_port("rocelab_interface_tx_packets_total")
     rx = ev.by_port("rocelab_interface_rx_packets_total")
     up = ev.by_port("rocelab_interface_up")

@@ -265,9 +265,7 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
         "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
                 "reaction_us_p50": _pct(reactions, 50),
                 "reaction_us_p99": _pct(reactions, 99),
-                "paused_s": {k: round(v - pfc0.get("paused_s", {}).get(k, 0.0), 4)
-                             for k, v in pfc1.get("paused_s", {}).items()
-                             if v - pfc0.get("paused_s", {}).get(k, 0.0) > 0}},
+                "paused_s": paused_between(pfc0, pfc1)},
         "phases": {name: phase(members, flow_out, series, ports)
                    for name, members in exp.phases.items()},
         "lossless_drops": lossless_drops,
@@ -281,6 +279,14 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
     }
     out["expectations"] = [expect.evaluate(dict(out), expect.parse(line)) for line in exp.expect]
     return out
+
+
+def paused_between(pfc0: Mapping[str, Any], pfc1: Mapping[str, Any]) -> dict[str, float]:
+    """"node:port:tc" -> wall seconds that egress class was paused between two PFC
+    controller snapshots (pfc.json); classes not paused in between are left out."""
+    before = pfc0.get("paused_s", {})
+    return {k: round(v - before.get(k, 0.0), 4) for k, v in pfc1.get("paused_s", {}).items()
+            if v - before.get(k, 0.0) > 0}
 
 
 def summary(flows: Sequence[FlowSummary], events: Sequence[dict[str, Any]],

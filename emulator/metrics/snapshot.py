@@ -15,19 +15,12 @@ from ..plan import Plan
 # the metric families diagnose keeps from a scrape (everything else is left out of results.json)
 KEEP = (
     "rocelab_interface_tx_packets_total", "rocelab_interface_rx_packets_total",
-    "rocelab_interface_tx_bytes_total", "rocelab_interface_rx_bytes_total",
-    "rocelab_interface_tx_dropped_packets_total", "rocelab_interface_rx_dropped_packets_total",
-    "rocelab_interface_rx_errors_total", "rocelab_interface_tx_errors_total",
+    "rocelab_interface_tx_bytes_total", "rocelab_interface_tx_dropped_packets_total",
     "rocelab_interface_up", "rocelab_interface_mtu_bytes",
     "rocelab_qdisc_class_dropped_packets_total",
-    "rocelab_bgp_daemon_up", "rocelab_bgp_session_up", "rocelab_bgp_sessions_configured",
-    "rocelab_bgp_sessions_established", "rocelab_bgp_ecmp_min_paths",
+    "rocelab_bgp_daemon_up", "rocelab_bgp_session_up", "rocelab_bgp_ecmp_min_paths",
     "rocelab_bgp_ecmp_expected_paths", "rocelab_bgp_host_prefixes_missing",
-    "rocelab_engine_qp_cnps_received_total", "rocelab_engine_qp_retransmitted_packets_total",
-    "rocelab_engine_qp_naks_received_total", "rocelab_engine_qp_bad_icrc_packets_total",
-    "rocelab_engine_bad_icrc_datagrams_total", "rocelab_engine_dcqcn_rate_reductions_total",
-    "rocelab_qp_cnps_received_total", "rocelab_qp_dcqcn_rate_reductions_total",
-    "rocelab_qp_dcqcn_rate_bits_per_second",
+    "rocelab_engine_qp_cnps_received_total", "rocelab_engine_dcqcn_rate_reductions_total",
 )
 Metrics = dict[str, dict[str, float]]  # metric -> "k=v,k=v" labels (lab left out) -> value
 Snapshot = dict[str, dict[str, tuple[str, float]]]  # metric -> labels -> (kind, value)

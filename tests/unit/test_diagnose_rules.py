@@ -278,3 +278,15 @@ def test_root_causes_rank_above_their_symptoms_and_flow_narrows():
     assert "ecn-off" in kinds_of(diagnose(ev, src="prefill1", dst="decode1"))
     with pytest.raises(Exception, match="no flow 'nope'"):
         diagnose(ev, flow="nope")
+
+
+def test_runs_keep_every_metric_the_rules_read():
+    """results.json's evidence holds only KEEP: a rule reading anything else would see
+    nothing after the lab is gone."""
+    import re
+    from pathlib import Path
+
+    from emulator.metrics.snapshot import KEEP
+
+    read = set(re.findall(r'"(rocelab_[a-z_]+)"', Path(rules.__file__).read_text()))
+    assert read and read <= set(KEEP), read - set(KEEP)
