@@ -139,14 +139,14 @@ class DataPlane(threading.Thread):
             key = self.qp_flow.pop(qpn, None)
             flow = self.flows.get(key) if key else None
             if qp is not None:
-                cuts = reductions(qp)
+                cuts, counters = reductions(qp), qp.counters.as_dict()
                 self.retired_reductions += cuts
-                for k, v in qp.counters.as_dict().items():
+                for k, v in counters.items():
                     self.retired[k] = self.retired.get(k, 0) + v
                 if flow is not None:
-                    flow.retire(qp.counters.as_dict(), cuts)
-                out[qpn] = qp.counters.as_dict() | {"max_rx_gap_s": round(gap.max_gap_s, 6),
-                                                    "dcqcn": getattr(qp, "dcqcn_state", None)}
+                    flow.retire(counters, cuts)
+                out[qpn] = counters | {"max_rx_gap_s": round(gap.max_gap_s, 6),
+                                       "dcqcn": getattr(qp, "dcqcn_state", None)}
         return out
 
     def stop(self) -> None:
