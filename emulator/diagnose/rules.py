@@ -631,6 +631,13 @@ def gray_link(ev: Evidence, silent: set[frozenset[str]] | None = None) -> list[F
             if ev.kinds.get(min(link)) == "host" or ev.kinds.get(max(link)) == "host":
                 continue  # the edge link: the flow's own NIC, not the fabric
             suspects[link] = []
+    # The two ends of a link are read a few ms apart, so a link busy at either edge of
+    # the window shows packets "in flight" as lost; a RoCE flow that really lost packets
+    # retransmits. Counter loss counts only with retransmissions behind it: a damaged flow
+    # across that link (a run), or any host retransmitting (live: paths are unknown).
+    live_retx = sum(ev.by_node("rocelab_engine_qp_retransmitted_packets_total").values())
+    lossy = {link: e for link, e in lossy.items()
+             if any(link in flow_links(ev, f) for f in bad) or (not ev.flows and live_retx > 0)}
     links = set(lossy) | set(suspects)
     links -= silent or set()
     out = []

@@ -21,6 +21,7 @@ KEEP = (
     "rocelab_bgp_daemon_up", "rocelab_bgp_session_up", "rocelab_bgp_ecmp_min_paths",
     "rocelab_bgp_ecmp_expected_paths", "rocelab_bgp_host_prefixes_missing",
     "rocelab_engine_qp_cnps_received_total", "rocelab_engine_dcqcn_rate_reductions_total",
+    "rocelab_engine_qp_retransmitted_packets_total",
 )
 Metrics = dict[str, dict[str, float]]  # metric -> "k=v,k=v" labels (lab left out) -> value
 Snapshot = dict[str, dict[str, tuple[str, float]]]  # metric -> labels -> (kind, value)

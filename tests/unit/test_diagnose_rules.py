@@ -234,6 +234,16 @@ def test_loss_on_one_link_and_retransmits_only_across_it_is_a_gray_link():
     assert "2.00% leaf1->spine1" in found[0].cause and found[0].affected["flows"] == ["lossy"]
 
 
+def test_counter_loss_without_any_retransmission_is_read_skew_not_a_gray_link():
+    """Live, mid-transfer: the two ends were read ms apart (a CI run saw "0.55 % lost" on
+    a healthy edge link). Only retransmissions make it loss."""
+    m = {"rocelab_interface_tx_packets_total": [({"node": "leaf4", "port": "decode3"}, 5_000)],
+         "rocelab_interface_rx_packets_total": [({"node": "decode3", "port": "eth0"}, 4_970)]}
+    assert rules.gray_link(evidence(metrics=m)) == []
+    m["rocelab_engine_qp_retransmitted_packets_total"] = [({"node": "prefill1"}, 120)]
+    assert [f.where[:2] for f in rules.gray_link(evidence(metrics=m))] == [["decode3", "leaf4"]]
+
+
 def test_drops_in_the_lossless_class_name_the_port_and_pfc():
     m = {"rocelab_qdisc_class_dropped_packets_total": [
         ({"node": "leaf3", "port": "decode1", "tc": "3"}, 120),
