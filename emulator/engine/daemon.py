@@ -35,6 +35,9 @@ from .wire import Channel
 
 log = logging.getLogger("rocelab.engine")
 PROGRESS_EVERY_S = 0.25
+# Outstanding READs: the initiator depth (ORD) and the responder's resources (IRD),
+# as rxe has them (max_qp_rd_atom 128); the exchange carries IRD, ORD = min(own, peer's IRD).
+ORD = IRD = 128
 CONNECT_TIMEOUT_S = 10.0
 SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc",
             "access_errors", "duplicates", "packets_sent", "cnps_rx", "cnps_tx")
@@ -62,7 +65,9 @@ class Engine:
     def new_qpns(self, n: int) -> list[dict[str, int]]:
         with self._lock:
             base, self._qpn = self._qpn, self._qpn + n
-        return [{"qpn": base + i, "psn": random.randrange(1 << 24)} for i in range(n)]
+        # "ird": the READs this side's responder remembers; the peer's ORD stays within it
+        return [{"qpn": base + i, "psn": random.randrange(1 << 24), "ird": IRD}
+                for i in range(n)]
 
     def qp_config(self, job: Job, local: dict[str, int], remote: dict[str, int],
                   index: int) -> QpConfig:
@@ -71,7 +76,8 @@ class Engine:
                         recv_psn=remote["psn"], mtu=job.mtu, rto=job.ack_timeout_s or c.rto,
                         rto_max=max(c.rto_max, ACK_TIMEOUT_BACKOFF * job.ack_timeout_s),
                         window=c.window, cnp_interval=self.cnp_interval,
-                        udp_sport=job.udp_sports[index] if job.udp_sports else 0)
+                        udp_sport=job.udp_sports[index] if job.udp_sports else 0,
+                        max_rd_atomic=min(ORD, remote.get("ird", ORD)), max_dest_rd_atomic=IRD)
 
     @property
     def cnp_interval(self) -> float:

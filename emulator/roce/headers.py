@@ -44,7 +44,7 @@ class Syndrome(IntEnum):
     """AETH syndromes this engine sends. Bits 6-5 give the kind (see `AckKind`)."""
 
     ACK = 0x1F  # ACK, "invalid credit count": no end-to-end credits, as rxe sends
-    RNR_NAK = 0x20  # low 5 bits carry the RNR timer; never sent by this engine
+    RNR_NAK = 0x20  # low 5 bits carry the RNR timer (sent only with counted receives)
     NAK_PSN_SEQUENCE_ERROR = 0x60
     NAK_INVALID_REQUEST = 0x61
     NAK_REMOTE_ACCESS_ERROR = 0x62

@@ -82,6 +82,11 @@ class QueuePair:
                               f"{self.config.max_send}")
         self._post(wr_id, WrKind.SEND, memoryview(data).cast("B"))
 
+    def post_recv(self, n: int = 1) -> None:
+        """Post `n` receives. Until the first call any SEND is accepted (the
+        engine's own transfers); after it a SEND finding none gets an RNR NAK."""
+        self.responder.post_recv(n)
+
     def _post(self, wr_id: int, kind: WrKind, local: memoryview, va: int = 0,
               rkey: int = 0) -> None:
         if self.requester.failed is not None:

@@ -9,6 +9,12 @@ A READ of n packets consumes n PSNs (one per response packet) but sends one
 READ REQUEST per `read_chunk` PSNs, so the send window also paces the
 responses of a large READ. Response data lands in the requester's buffer at
 (PSN - first PSN) * MTU.
+
+At most `max_rd_atomic` READ REQUESTs are outstanding (the initiator depth,
+ORD): the next one waits, and everything posted after it with it, as on a
+NIC. An RNR NAK (the peer had no receive posted) holds the QP for the RNR
+timer it carries, then resends from its PSN; `rnr_retry` bounds how many in
+a row (7: forever).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from emulator.roce.verbs import (
     MIDDLE,
     ONLY,
     OPCODES,
+    RNR_TIMER_S,
     Completion,
     QpConfig,
     QpCounters,
@@ -47,7 +54,7 @@ _new_segment = tuple.__new__  # a Segment from a full tuple, without keyword han
 _READ = WrKind.READ
 _WRITE_FIRST, _WRITE_ONLY = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_ONLY)
 _RESPONSE_STARTS = frozenset({int(Opcode.READ_RESPONSE_FIRST), int(Opcode.READ_RESPONSE_ONLY)})
-_ACK_KIND, _NAK_KIND = int(AckKind.ACK), int(AckKind.NAK)
+_ACK_KIND, _NAK_KIND, _RNR_KIND = int(AckKind.ACK), int(AckKind.NAK), int(AckKind.RNR_NAK)
 
 
 @dataclass(slots=True)
@@ -78,6 +85,9 @@ class Requester:
         self._retries = 0
         self._deadline: float | None = None
         self._nak_hold: int | None = None  # una at the last implied NAK
+        self._reads: deque[int] = deque()  # end PSNs of the READ REQUESTs outstanding (ORD)
+        self._rnr_until: float | None = None  # held by an RNR NAK until then
+        self._rnr_retries = 0
         self.failed: WcStatus | None = None
 
     # -- posting -----------------------------------------------------------
@@ -96,12 +106,16 @@ class Requester:
         return not self._wrs
 
     def next_deadline(self) -> float | None:
-        return self._deadline
+        return self._rnr_until if self._rnr_until is not None else self._deadline
 
     # -- transmit ----------------------------------------------------------
 
     def poll(self, now: float, budget: int, out: list[Segment]) -> None:
         """Append up to `budget` request packets the window allows."""
+        if self._rnr_until is not None:
+            if now < self._rnr_until:
+                return
+            self._rnr_until = None
         if self._deadline is not None and now >= self._deadline:
             self._on_timeout(now)
         if self.failed is not None:
@@ -112,8 +126,11 @@ class Requester:
         while budget > 0 and room > 0 and nxt != tail:
             wr = self._wr_at(nxt)
             if wr.kind is _READ:
+                if len(self._reads) >= self.cfg.max_rd_atomic:
+                    break  # ORD reached: wait for responses
                 seg, used = self._read_request(wr, nxt)
                 out.append(seg)
+                self._reads.append((nxt + used) & PSN_MASK)
                 sent = 1
             else:
                 used = sent = self._data_packets(wr, nxt, min(budget, room), out)
@@ -179,6 +196,9 @@ class Requester:
             if not self._acked_through(seg.psn, now):
                 self.counters.unexpected_acks += 1
             return
+        if kind == _RNR_KIND and self._outstanding(seg.psn):
+            self._on_rnr(seg, now)
+            return
         if kind != _NAK_KIND or not self._outstanding(seg.psn):
             self.counters.unexpected_acks += 1
             return
@@ -211,6 +231,21 @@ class Requester:
         self.counters.rx_packets += 1
         self.counters.rx_bytes += n
         self._advance((psn + 1) & PSN_MASK, now)
+
+    def _on_rnr(self, seg: Segment, now: float) -> None:
+        """The responder had no receive for the request at `seg.psn`: what is
+        before it is acknowledged; hold for the RNR timer, then resend from it."""
+        self.counters.rnr_naks_rx += 1
+        self._acked_through(psn_add(seg.psn, -1), now)
+        if self.failed is not None:
+            return
+        self._rnr_retries += 1
+        if self.cfg.rnr_retry != 7 and self._rnr_retries > self.cfg.rnr_retry:
+            self._fail(WcStatus.RNR_RETRY_EXCEEDED)
+            return
+        self._rnr_until = now + RNR_TIMER_S[seg.syndrome & 0x1F]
+        self._deadline = None  # no retransmission timer while held
+        self._go_back(self.una)
 
     def _outstanding(self, psn: int) -> bool:
         """Sent at least once and not yet acknowledged (a go-back may have
@@ -245,6 +280,10 @@ class Requester:
             return
         self.una = una
         self._retries, self._rto, self._nak_hold = 0, self.cfg.rto, None
+        self._rnr_retries = 0
+        reads = self._reads
+        while reads and psn_diff(una, reads[0]) >= 0:
+            reads.popleft()
         wrs = self._wrs
         while wrs and psn_diff(una, wrs[0].first) >= wrs[0].npkts:
             wr = wrs.popleft()
@@ -264,6 +303,7 @@ class Requester:
 
     def _go_back(self, psn: int) -> None:
         self.nxt, self._tx = psn, 0
+        self._reads.clear()  # every READ from una on will be asked for again
 
     def _on_timeout(self, now: float) -> None:
         if self.una == self.nxt:
@@ -281,7 +321,7 @@ class Requester:
 
     def _fail(self, status: WcStatus) -> None:
         """Complete the failing request with `status`, flush the rest (IBTA 10.8)."""
-        self.failed, self._deadline = status, None
+        self.failed, self._deadline, self._rnr_until = status, None, None
         while self._wrs:
             wr = self._wrs.popleft()
             self._complete(Completion(wr.wr_id, wr.kind, status, 0))

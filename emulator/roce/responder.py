@@ -6,6 +6,17 @@ again, since READ responses are never acknowledged). A request ahead of it
 means loss: the first one triggers a single PSN-sequence-error NAK, and no
 further NAK is sent until `epsn` arrives.
 
+A retried READ is served again only while it is among the last
+`max_dest_rd_atomic` READ REQUESTs accepted (the IRD ring); an older one is
+dropped unanswered, as rxe drops it once its resource slot is reused. The
+requester's ORD, negotiated to at most the peer's IRD, keeps that from
+happening.
+
+With `recv_credits` set (receives posted, as a verbs application does), a
+SEND that finds none is refused with an RNR NAK carrying `min_rnr_timer`,
+and its PSN is not consumed. Left at None (the engine's KV transfers), any
+SEND is accepted.
+
 Everything the responder sends goes through one ordered queue, because an
 ACK implicitly acknowledges the READs before it: it must not overtake their
 responses. Consecutive ACKs in the queue coalesce into one.
@@ -76,6 +87,12 @@ class Responder:
         self._unacked = 0
         self._msg: _Inbound | None = None
         self._out: deque[Segment | _ReadJob] = deque()
+        self._reads: deque[tuple[int, int]] = deque()  # (first PSN, PSNs) of the IRD ring
+        self.recv_credits: int | None = None  # receives posted; None: unlimited
+
+    def post_recv(self, n: int = 1) -> None:
+        """Post `n` receives (switches from unlimited to counted receives)."""
+        self.recv_credits = (self.recv_credits or 0) + n
 
     @property
     def idle(self) -> bool:
@@ -158,6 +175,13 @@ class Responder:
 
     def _open(self, seg: Segment, kind: WrKind) -> _Inbound | None:
         if kind is WrKind.SEND:
+            if self.recv_credits is not None:
+                if self.recv_credits <= 0:
+                    self.counters.rnr_naks_tx += 1
+                    self._nak_sent = True  # what follows is out of sequence: no PSN NAK
+                    self._queue_nak(Syndrome.RNR_NAK | self.cfg.min_rnr_timer, seg.psn)
+                    return None
+                self.recv_credits -= 1
             return _Inbound(kind, bytearray())
         dest = self.memory.resolve(seg.rkey, seg.va, seg.dma_length, Access.REMOTE_WRITE)
         if dest is None:
@@ -173,6 +197,9 @@ class Responder:
         self.msn += 1
         npkts = packets_for(len(src), self.cfg.mtu)
         self._out.append(_ReadJob(seg.psn, src, npkts, self.msn))
+        self._reads.append((seg.psn, npkts))
+        if len(self._reads) > self.cfg.max_dest_rd_atomic:
+            self._reads.popleft()  # that slot is reused: its READ can no longer be retried
         return npkts
 
     def _duplicate(self, seg: Segment) -> None:
@@ -190,6 +217,9 @@ class Responder:
         PSN will be asked for again: cut it from the queue instead of
         sending it twice, and keep what comes before.
         """
+        if not any(0 <= psn_diff(seg.psn, first) < n for first, n in self._reads):
+            self.counters.stale_read_requests += 1
+            return
         src = self.memory.resolve(seg.rkey, seg.va, seg.dma_length, Access.REMOTE_READ)
         npkts = packets_for(seg.dma_length, self.cfg.mtu)
         if src is None or psn_diff(psn_add(seg.psn, npkts), self.epsn) > 0:
@@ -231,7 +261,7 @@ class Responder:
             self._out.append(ack)
         self._unacked = 0
 
-    def _queue_nak(self, syndrome: Syndrome, psn: int) -> None:
+    def _queue_nak(self, syndrome: int, psn: int) -> None:
         self._out.append(Segment(Opcode.ACK, self.cfg.remote_qpn, psn,
                                  syndrome=syndrome, msn=self.msn))
 

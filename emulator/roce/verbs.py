@@ -26,6 +26,7 @@ class WcStatus(Enum):
     REMOTE_INVALID_REQUEST = "remote invalid request"
     REMOTE_OPERATIONAL_ERROR = "remote operational error"
     RETRY_EXCEEDED = "transport retry counter exceeded"
+    RNR_RETRY_EXCEEDED = "RNR retry counter exceeded"
     FLUSHED = "flushed: QP in error state"
 
 
@@ -56,12 +57,26 @@ class QpConfig:
     max_send: int = 65536  # largest SEND message accepted
     cnp_interval: float = 50e-6  # minimum gap between CNPs (notification point)
     udp_sport: int = 0  # 0: derived from the QPNs as rxe does; else fixed (a set flow label)
+    # ORD (ibv_qp_attr.max_rd_atomic): READ REQUESTs this requester keeps outstanding at
+    # most; the peer's IRD bounds it, so set it to min(own, peer's max_dest_rd_atomic).
+    max_rd_atomic: int = 128
+    # IRD (max_dest_rd_atomic): READ REQUESTs this responder remembers, so a retried one
+    # can be served again; older duplicates are dropped unanswered, as rxe does.
+    max_dest_rd_atomic: int = 128
+    rnr_retry: int = 7  # RNR NAKs in a row without progress before failing; 7 means forever
+    min_rnr_timer: int = 12  # the 5-bit RNR timer this responder puts in its RNR NAKs (0.64 ms)
 
     def __post_init__(self) -> None:
         if self.mtu not in PATH_MTUS:
             raise QpConfigError(f"path MTU {self.mtu} is not one of {PATH_MTUS}")
         if not 2 <= self.window < 1 << 22:
             raise QpConfigError(f"window {self.window} must be in [2, 2**22)")
+        if not 1 <= self.max_rd_atomic <= 255 or not 1 <= self.max_dest_rd_atomic <= 255:
+            raise QpConfigError(f"max_rd_atomic={self.max_rd_atomic} and max_dest_rd_atomic="
+                                f"{self.max_dest_rd_atomic} must be in [1, 255]")
+        if not 0 <= self.rnr_retry <= 7 or not 0 <= self.min_rnr_timer <= 31:
+            raise QpConfigError(f"rnr_retry={self.rnr_retry} must be in [0, 7] and "
+                                f"min_rnr_timer={self.min_rnr_timer} in [0, 31]")
         for name in ("qpn", "remote_qpn", "send_psn", "recv_psn"):
             if not 0 <= getattr(self, name) < 1 << 24:
                 raise QpConfigError(f"{name}={getattr(self, name)} is not a 24-bit number")
@@ -103,6 +118,9 @@ class QpCounters:
     access_errors: int = 0  # bad rkey or access outside a region
     invalid_requests: int = 0
     unexpected_acks: int = 0  # ACK/NAK/response for nothing outstanding
+    rnr_naks_tx: int = 0  # SENDs refused for want of a posted receive
+    rnr_naks_rx: int = 0
+    stale_read_requests: int = 0  # retried READs older than the IRD ring: dropped, as rxe does
     cnps_tx: int = 0
     cnps_rx: int = 0
     ce_rx: int = 0  # CE-marked packets that reached this QP (what the notification point saw)
@@ -135,3 +153,11 @@ def position(index: int, count: int) -> int:
 def packets_for(length: int, mtu: int) -> int:
     """Packets a message of `length` bytes needs (a zero-length one needs one)."""
     return max(1, -(-length // mtu))
+
+
+# IBTA table 45: the RNR NAK timer field (5 bits) -> the wait, in seconds.
+RNR_TIMER_S = (655.36e-3, 0.01e-3, 0.02e-3, 0.03e-3, 0.04e-3, 0.06e-3, 0.08e-3, 0.12e-3,
+               0.16e-3, 0.24e-3, 0.32e-3, 0.48e-3, 0.64e-3, 0.96e-3, 1.28e-3, 1.92e-3,
+               2.56e-3, 3.84e-3, 5.12e-3, 7.68e-3, 10.24e-3, 15.36e-3, 20.48e-3, 30.72e-3,
+               40.96e-3, 61.44e-3, 81.92e-3, 122.88e-3, 163.84e-3, 245.76e-3, 327.68e-3,
+               491.52e-3)
