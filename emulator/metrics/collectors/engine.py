@@ -45,6 +45,10 @@ QP_COUNTERS = {  # QpCounters field -> (metric name, help); others become rocela
     "access_errors": ("access_errors", "Requests refused: bad rkey or outside a region."),
     "invalid_requests": ("invalid_requests", "Requests refused as malformed."),
     "unexpected_acks": ("unexpected_acks", "ACKs, NAKs or responses for nothing outstanding."),
+    "rnr_naks_tx": ("rnr_naks_sent", "RNR NAKs sent (a SEND found no posted receive)."),
+    "rnr_naks_rx": ("rnr_naks_received", "RNR NAKs received (the QP waited its RNR timer)."),
+    "stale_read_requests": ("stale_read_requests",
+                            "Retried READs older than the IRD ring: dropped, as rxe does."),
 }
 DCQCN = {  # dcqcn_state field -> (metric, kind, help)
     "rate_bps": ("rocelab_qp_dcqcn_rate_bits_per_second", G, "DCQCN current rate (Rc)."),
