@@ -1,0 +1,1 @@
+"""rxe hosts: real Linux Soft-RoCE in small QEMU/TCG guests (docs/rxe.md)."""

@@ -1,0 +1,232 @@
+"""An rxe host: a small QEMU/TCG guest running Linux's Soft-RoCE, wired in as the host.
+
+The guest runs inside the host's namespace. Its NIC is a tap device there, joined to
+the namespace's fabric port eth0 as a plain wire: tc ingress on each redirects every
+frame out of the other (mirred). The namespace gives its address away (the guest owns
+the address and eth0's MAC, so the leaf's pinned neighbour entry stays right), and
+nothing on the leaf side changes: shaping, ECN and PFC see the same port. A bridge
+would do too, but would put the namespace's own stack on the segment and learn MACs;
+mirred is a wire and nothing else.
+
+QEMU and the agent: virtio-serial ports `rocelab.0..N-1`, each a unix socket in the
+host's run dir. One client holds a port at a time (a lock file beside it), so up to
+PORTS commands (`rocelab exec`, `up`) talk to one guest at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from .. import netns, state
+from . import guest
+from .channel import AgentError, Channel, hello
+
+PORTS = 4
+TAP = "rxtap0"
+BOOT_TIMEOUT_S = 60.0  # TCG: 3-10 s usually, more on a loaded machine
+QEMU = "qemu-system-x86_64"
+
+
+class VmError(AgentError):
+    pass
+
+
+@dataclass
+class RxeVm:
+    lab: str
+    name: str
+    netns: str
+    mac: str
+    address: str  # 10.1.1.1/31
+    gateway: str | None
+    mtu: int
+    run_dir: Path
+    memory_mib: int = 384
+    cpus: int = 1
+    pid: int | None = None
+    boot_s: float | None = None
+    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def console(self) -> Path:
+        return self.run_dir / "console.log"
+
+    def sock(self, i: int) -> Path:
+        return self.run_dir / f"agent{i}.sock"
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self, timeout_s: float = BOOT_TIMEOUT_S) -> None:
+        """Boot; return once the agent says hello. VmError naming the host otherwise."""
+        kernel = guest.installed()
+        if kernel is None:
+            raise VmError(f"{self.name}: no guest kernel: run `python -m emulator.rxe.guest fetch`")
+        initrd = guest.initramfs(kernel)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        self.wire()
+        with netns.entered(self.netns), open(self.run_dir / "qemu.log", "ab") as log:
+            self._proc = subprocess.Popen(
+                self.qemu_argv(kernel.vmlinuz, initrd), env=state.base_env(self.lab),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        self.pid = self._proc.pid
+        deadline = t0 + timeout_s
+        try:
+            with self.channel(deadline) as ch:
+                hello(ch, deadline)
+        except (TimeoutError, OSError, AgentError) as e:
+            raise VmError(f"{self.name}: the guest did not come up within {timeout_s:.0f} s "
+                          f"({e}); console: {self.console_tail()}") from None
+        self.boot_s = time.monotonic() - t0
+
+    def qemu_argv(self, vmlinuz: Path, initrd: Path) -> list[str]:
+        import sys
+
+        agent = Path(__file__).with_name("agent.py")
+        cmdline = " ".join([
+            "console=ttyS0", "panic=-1", "quiet", "loglevel=4", f"rocelab.name={self.name}",
+            f"rocelab.addr={self.address}", f"rocelab.mtu={self.mtu}",
+            f"rocelab.python={sys.executable}", f"rocelab.agent={agent}",
+            *([f"rocelab.gw={self.gateway}"] if self.gateway else [])])
+        argv = [QEMU, "-accel", "tcg", "-cpu", "max", "-smp", str(self.cpus),
+                "-m", str(self.memory_mib), "-name", f"{self.lab}-{self.name}",
+                "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+                "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
+                "-serial", f"file:{self.console}",
+                "-netdev", f"tap,id=n0,ifname={TAP},script=no,downscript=no",
+                "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile=",
+                "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
+                "-device", "virtio-9p-pci,fsdev=root,mount_tag=hostroot",
+                "-device", "virtio-serial-pci"]
+        for i in range(PORTS):
+            argv += ["-chardev", f"socket,id=a{i},path={self.sock(i)},server=on,wait=off",
+                     "-device", f"virtserialport,chardev=a{i},name=rocelab.{i}"]
+        return argv
+
+    def wire(self) -> None:
+        """tap <-> eth0 as a wire; the namespace's own address on eth0 goes to the guest."""
+        iface = ipaddress.IPv4Interface(self.address)
+        with netns.entered(self.netns), IPRoute() as ipr:
+            ipr.link("add", ifname=TAP, kind="tuntap", mode="tap", ifr={"no_pi": True, "vnet_hdr": True})
+            tap = ipr.link_lookup(ifname=TAP)[0]
+            ipr.link("set", index=tap, mtu=self.mtu, state="up")
+            eth0 = ipr.link_lookup(ifname="eth0")[0]
+            ipr.flush_routes(oif=eth0)
+            with contextlib.suppress(Exception):
+                ipr.addr("del", index=eth0, address=str(iface.ip), prefixlen=iface.network.prefixlen)
+        for a, b in (("eth0", TAP), (TAP, "eth0")):
+            self._tc(["qdisc", "add", "dev", a, "handle", "ffff:", "ingress"])
+            self._tc(["filter", "add", "dev", a, "parent", "ffff:", "protocol", "all", "u32",
+                      "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", b])
+
+    def _tc(self, args: list[str]) -> None:
+        done = subprocess.run(["ip", "netns", "exec", self.netns, "tc", *args],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise VmError(f"{self.name}: tc {' '.join(args)}: {done.stderr.strip()}")
+
+    def console_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.console.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no console log)"
+        return " | ".join(text[-lines:]) or "(empty)"
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            state.kill_pids([self.pid])
+        if self._proc is not None:
+            self._proc.wait()
+
+    # -- the agent -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def channel(self, deadline: float | None = None) -> Iterator[Channel]:
+        """A free agent port (its lock held while in use), connected."""
+        deadline = deadline or time.monotonic() + 10.0
+        while True:
+            got = self._connect_free_port()
+            if got is not None:
+                lock, s = got
+                try:
+                    with Channel(s) as ch:
+                        yield ch
+                finally:
+                    lock.close()
+                return
+            if self._proc is not None and self._proc.poll() is not None:
+                raise VmError(f"{self.name}: qemu exited ({self._proc.returncode}): "
+                              f"{(self.run_dir / 'qemu.log').read_text(errors='replace').strip()[-300:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no agent port of {self.name} answered ({PORTS} in use, or QEMU gone)")
+            time.sleep(0.05)
+
+    def _connect_free_port(self) -> tuple[Any, socket.socket] | None:
+        for i in range(PORTS):
+            lock = open(self.run_dir / f"agent{i}.lock", "w")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(str(self.sock(i)))
+            except (FileNotFoundError, ConnectionRefusedError):  # QEMU has not made it yet
+                s.close()
+                lock.close()
+                return None
+            return lock, s
+        return None
+
+    def exec(self, argv: list[str], timeout: float | None = None,
+             env: dict[str, str] | None = None) -> tuple[int | None, str, str]:
+        with self.channel() as ch:
+            r = ch.request("run", wait_s=None if timeout is None else timeout + 10,
+                           argv=argv, env=env or {}, timeout=timeout)
+        return r["rc"], r["stdout"], r["stderr"]
+
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None) -> int:
+        with self.channel() as ch:
+            return int(ch.request("spawn", wait_s=30, argv=argv, env=env or {})["job"])
+
+    def wait(self, job: int, timeout: float | None = None) -> int | None:
+        with self.channel() as ch:
+            r = ch.request("wait", wait_s=None if timeout is None else timeout + 10,
+                           job=job, timeout=timeout)
+        return r["rc"]
+
+    def kill(self, job: int) -> int | None:
+        with self.channel() as ch:
+            return ch.request("kill", wait_s=30, job=job)["rc"]
+
+    def read(self, job: int) -> tuple[str, str]:
+        with self.channel() as ch:
+            r = ch.request("read", wait_s=30, job=job)
+        return r["stdout"], r["stderr"]
+
+    def counters(self) -> dict[str, Any]:
+        with self.channel() as ch:
+            return dict(ch.request("counters", wait_s=30)["counters"])
+
+
+def rss_kib(pid: int) -> int | None:
+    """Resident memory of a process (QEMU: the guest's touched RAM plus QEMU itself)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
