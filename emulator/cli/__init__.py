@@ -71,7 +71,8 @@ def main() -> None:
 
 # One module per command, in the order `rocelab --help` lists them.
 COMMANDS = ("up", "down", "status", "wait", "validate", "exec_", "render", "export", "save", "schema",
-            "transfer", "kv", "run", "check", "fail", "heal", "diagnose", "metrics", "top", "graph")
+            "transfer", "kv", "perftest", "run", "check", "fail", "heal", "diagnose", "metrics", "top",
+            "graph")
 
 
 def _register() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import EngineError, RocelabError
 from ..metrics.model import TRANSFER_BUCKETS, Histogram
+from ..perftest.session import Options
 from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
 from ..roce.rc import QueuePair
@@ -31,6 +32,7 @@ from .config import EngineConfig
 from .dataplane import DataPlane, FlowKey, Watch, reductions
 from .job import CONTROL_PORT, Job, Op, digest, flow_of, source_bytes
 from .paced import PacedQueuePair
+from .perftest import PerftestJobs, is_engine_peer
 from .wire import Channel
 
 log = logging.getLogger("rocelab.engine")
@@ -61,6 +63,7 @@ class Engine:
         # transfers this engine initiated and finished, since it started (telemetry)
         self.histograms = {"transfer_duration_seconds": Histogram.empty(TRANSFER_BUCKETS),
                            "kv_handoff_seconds": Histogram.empty(TRANSFER_BUCKETS)}
+        self.perftest = PerftestJobs(self)
 
     def new_qpns(self, n: int) -> list[dict[str, int]]:
         with self._lock:
@@ -112,7 +115,7 @@ class Engine:
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         unix.bind(str(self.sock_path))
         unix.listen(64)
-        for listener, handler in ((tcp, self.on_peer), (unix, self.on_cli)):
+        for listener, handler in ((tcp, self._on_tcp), (unix, self._on_unix)):
             threading.Thread(target=self._accept_loop, args=(listener, handler), daemon=True).start()
         log.info("engine %s on %s ready", self.host, self.ip)
         signal.sigwait({signal.SIGTERM, signal.SIGINT})
@@ -121,7 +124,21 @@ class Engine:
     def _accept_loop(self, listener: socket.socket, handler) -> None:
         while True:
             conn, _ = listener.accept()
-            threading.Thread(target=self._guarded, args=(handler, conn), daemon=True).start()
+            threading.Thread(target=handler, args=(conn,), daemon=True).start()
+
+    def _on_unix(self, conn: socket.socket) -> None:
+        self._guarded(self.on_cli, conn)
+
+    def _on_tcp(self, conn: socket.socket) -> None:
+        """18515 carries two protocols: an engine's JSON and perftest's exchange."""
+        kind = is_engine_peer(conn)
+        if kind is None:
+            conn.close()
+        elif kind:
+            conn.settimeout(None)
+            self._guarded(self.on_peer, conn)
+        else:
+            self.perftest.serve_client(conn)
 
     def _guarded(self, handler, conn: socket.socket) -> None:
         with Channel(conn) as ch:
@@ -145,11 +162,23 @@ class Engine:
             ch.send({"event": "stats", **self.dp.call(self.stats)})
         elif cmd == "dcqcn":
             ch.send({"event": "dcqcn", **self.dp.call(lambda: self.set_profile(msg["profile"]))})
+        elif cmd == "perftest":
+            ch.send({"event": "result", **self._perftest(msg, ch)})
         elif cmd == "transfer":
             ch.send({"event": "result", **self.initiate(Job.from_json(msg["job"]),
                                                         msg["peer_ip"], ch)})
         else:
             raise EngineError(f"unknown command {cmd!r}")
+
+    def _perftest(self, msg: dict[str, Any], ch: Channel) -> dict[str, Any]:
+        opts = Options.from_json(msg["opts"])
+        if msg.get("role") == "server":  # tell the CLI once armed, then wait for a client
+            res = self.perftest.server(opts, float(msg.get("timeout_s", 600)),
+                                       ready=lambda: ch.send({"event": "armed"}))
+            if "error" in res:
+                raise EngineError(res["error"])
+            return res
+        return self.perftest.client(opts, msg["peer_ip"])
 
     def stats(self) -> dict[str, Any]:
         """(data thread) Counters of every live QP and of the transport; each flow's

@@ -104,6 +104,9 @@ class DataPlane(threading.Thread):
         self.retired_reductions = 0  # DCQCN rate cuts of QPs no longer served (telemetry)
         self.qp_flow: dict[int, FlowKey] = {}  # qpn -> the flow it serves (telemetry's labels)
         self.flows: dict[FlowKey, Flow] = {}  # each flow's QPs' totals, live and finished
+        # called on this thread after every turn with the time: drivers that post work as
+        # completions and memory change (perftest sessions), without a thread hop per message
+        self.tickers: list[Callable[[float], None]] = []
         self._cmds: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._halt = threading.Event()
 
@@ -157,6 +160,10 @@ class DataPlane(threading.Thread):
             self._run_commands()
             self.endpoint.step(max_wait=IDLE_WAIT_S)  # blocks only when nothing moved
             self._dispatch()
+            if self.tickers:
+                now = time.monotonic()
+                for tick in list(self.tickers):
+                    tick(now)
         self.transport.close()
 
     def _run_commands(self) -> None:

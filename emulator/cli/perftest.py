@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import json
+
+import click
+
+from .. import lab, state, workload
+from ..errors import RocelabError
+from ..perftest import remote
+from ..perftest.report import MB
+from ..perftest.session import Options
+from ..perftest.wire import Test
+from ..units import Dilation, parse_size
+
+
+@click.command("perftest")
+@click.argument("name")
+@click.argument("test", metavar="TEST", type=click.Choice([t.value for t in Test]))
+@click.option("--src", help="Client host (an engine host).")
+@click.option("--dst", help="Server host: an engine host (armed here), or a host whose port "
+              "18515 already runs a perftest server.")
+@click.option("--server", "as_server", is_flag=True, help="Only arm a server on --on and wait "
+              "for one client (e.g. a real ib_write_bw in an rxe host).")
+@click.option("--on", "on", help="With --server: the engine host to serve on.")
+@click.option("-s", "--size", default=None, help="Message size (perftest -s); default 65536 "
+              "for BW, 2 for latency.")
+@click.option("-a", "run_all", is_flag=True, help="All sizes 2 .. 8 MiB (perftest -a).")
+@click.option("-n", "--iters", type=int, default=0, help="Iterations (perftest -n).")
+@click.option("-D", "--duration", type=float, default=0.0, help="Seconds (perftest -D).")
+@click.option("-b", "duplex", is_flag=True, help="Bidirectional (perftest -b).")
+@click.option("-q", "--qps", type=int, default=1, help="QPs (perftest -q).")
+@click.option("--tclass", type=int, default=-1, help="Traffic class shown (perftest --tclass).")
+@click.option("--rate_limit", type=float, default=0.0, help="Gbit/s, real-equivalent on "
+              "shaped labs (perftest --rate_limit with --rate_units=g).")
+@click.option("--json", "as_json", is_flag=True, help="Print the parsed figures as JSON.")
+def command(name: str, test: str, src: str | None, dst: str | None, as_server: bool,
+            on: str | None, size: str | None, run_all: bool, iters: int, duration: float,
+            duplex: bool, qps: int, tclass: int, rate_limit: float, as_json: bool) -> None:
+    """Run a perftest test (ib_write_bw & co.) on the lab's engines, speaking perftest's
+    own TCP exchange, so the other side may be real perftest on an rxe host.
+
+    Prints perftest's own output; exits 8 if the test failed.
+
+    Example: rocelab perftest clos-2x4 write_bw --src prefill1 --dst decode1 -s 1MiB -n 200
+    """
+    lab.require_root()
+    plan = state.lab_plan(name)
+    dilation = plan.dilation if plan.congestion else None
+    rate = rate_limit * 1e9
+    if rate < 0 or iters < 0 or duration < 0:
+        raise RocelabError("--rate_limit, -n and -D must be positive")
+    opts_kw = dict(test=Test(test), size=parse_size(size, "-s") if size else 0, run_all=run_all,
+                   iters=iters, duration=duration, duplex=duplex, qps=qps, tclass=tclass,
+                   rate_bps=dilation.wall_bps(rate) if dilation and rate else rate)
+    if as_server:
+        if not on or src or dst:
+            raise RocelabError("--server needs --on HOST (and no --src/--dst)")
+        host = workload.host(plan, on, option="--on")
+        if not as_json:
+            click.echo(f"perftest {test} server on {on} ({host.address}:18515): waiting for a "
+                       "client", err=True)
+        res = {"server": remote.serve(plan, host, Options(mtu=remote.path_mtu(host), **opts_kw)),
+               "client": None}
+    else:
+        if not src or not dst or on:
+            raise RocelabError("give --src and --dst (or --server --on HOST)")
+        s = workload.host(plan, src)
+        d = workload.host(plan, dst, option="--dst")
+        if s.name == d.name:
+            raise RocelabError("--src and --dst are the same host")
+        res = remote.run(plan, s, d, Options(mtu=remote.path_mtu(s), **opts_kw))
+    main = res["client"] or res["server"]
+    if dilation:
+        for side in (res["client"], res["server"]):
+            for row in (side or {}).get("rows", []):
+                _real_equivalent(row, dilation)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(main["output"], nl=False)
+    if dilation:
+        for row in main["rows"]:
+            if "bw_avg" in row:
+                click.echo(f" {row['size']} B: {row['real_bw_avg_gbps']:.2f} Gbit/s average, "
+                           f"{row['real_msg_rate_mpps']:.4f} Mpps real-equivalent "
+                           f"(D = {float(dilation):g})")
+            elif "t_avg" in row:
+                click.echo(f" {row['size']} B: {row['real_t_avg_usec']:.4f} usec average "
+                           f"real-equivalent (D = {float(dilation):g})")
+
+
+def _real_equivalent(row: dict, dilation: Dilation) -> None:
+    """Add real-equivalent figures under time dilation: rates x D, times / D."""
+    if "bw_avg" in row:
+        row["real_bw_avg_gbps"] = dilation.real_bps(row["bw_avg"] * MB * 8) / 1e9
+        row["real_msg_rate_mpps"] = row["msg_rate"] * float(dilation)
+    if "t_avg" in row:
+        row["real_t_avg_usec"] = dilation.real_s(row["t_avg"])
