@@ -37,6 +37,7 @@ from .paths import lab_run_dir
 from .plan import Plan, compile_plan
 from .realize import realize
 from .render import Rendered, render
+from .rxe import hosts as rxe_hosts
 from .spec import Topology, load, located, parse, read_yaml
 
 Progress = Callable[[str], None]
@@ -169,7 +170,11 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
             frr.apply_user_configs(plan, rendered)
         marks["daemons_started"] = time.monotonic()
         converge.wait(plan, timeout_s, progress, marks)
+        # rxe hosts' guests take the hosts' addresses over once routing is verified
+        record["rxe"] = rxe_hosts.boot_all(plan, undo, progress)
         timings = _timings(marks)
+        if record["rxe"]:
+            timings["rxe_boot_s"] = round(time.monotonic() - marks["verified"], 3)
         if exporter is not None:
             record["metrics"] = wait_exporter(plan, exporter)
             progress(f"serving metrics at {record['metrics']['url']}")

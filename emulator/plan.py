@@ -18,7 +18,7 @@ from typing import Any
 from .congestion.model import CongestionPlan
 from .congestion.model import resolve as resolve_congestion
 from .errors import SpecError
-from .spec import Addressing, EcmpHash, FabricMode, Links, Role, Topology
+from .spec import Addressing, EcmpHash, FabricMode, HostKind, Links, Role, Topology
 from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
@@ -85,6 +85,7 @@ class Node:
     bfd_multiplier: int = 3
     ecmp_hash: EcmpHash = EcmpHash.L4
     frr_snippet: str = ""  # user FRR configuration applied after the rendered one
+    host_kind: HostKind = HostKind.ENGINE  # hosts: rocelab's engine, or Soft-RoCE in a guest
 
     @property
     def is_router(self) -> bool:
@@ -527,6 +528,7 @@ def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
             ecmp_hash=k["ecmp_hash"], frr_snippet=k["frr"] if routed and n.kind is not Kind.HOST
             else ""))
     nodes = _number_ports(nodes)
+    nodes = _host_kinds(topo, source, nodes)
     congestion = resolve_congestion(topo, source, set(routers), {h.name for h in hosts},
                                     max(link.speed_bps for link in links))
     l2 = topo.l2
@@ -648,6 +650,33 @@ def _check_bridged(topo: Topology, source: str) -> None:
     if topo.fabric is FabricMode.EVPN and mtu + VXLAN_OVERHEAD > 65535:
         raise SpecError(source, "links.mtu", f"fabric {mode} carries hosts' frames in VXLAN "
                         f"({VXLAN_OVERHEAD} bytes more): at most {65535 - VXLAN_OVERHEAD}")
+
+
+def _host_kinds(topo: Topology, source: str, nodes: list[Node]) -> list[Node]:
+    """hosts.kind: one kind for all, or per host or leaf (a host's own entry wins)."""
+    kind = topo.hosts.kind
+    hosts = [n for n in nodes if n.kind is Kind.HOST]
+    if isinstance(kind, HostKind):
+        chosen = {h.name: kind for h in hosts}
+    else:
+        leaves = sorted({h.leaf for h in hosts if h.leaf}, key=_natural)
+        for key in kind:
+            if key not in {h.name for h in hosts} and key not in leaves:
+                raise SpecError(source, f"hosts.kind.{key}", "names no host or leaf; hosts: "
+                                + ", ".join(h.name for h in hosts)[:100]
+                                + "; leaves: " + ", ".join(leaves)[:60])
+        chosen = {h.name: kind.get(h.name, kind.get(h.leaf or "", HostKind.ENGINE)) for h in hosts}
+    for h in hosts:
+        if chosen[h.name] is HostKind.RXE and len(h.interfaces) != 1:
+            raise SpecError(source, "hosts.kind", f"{h.name}: an rxe host has one NIC "
+                            f"({h.name} has {len(h.interfaces)}: {h.homing.value}-homed)")
+    return [replace(n, host_kind=chosen[n.name]) if n.name in chosen else n for n in nodes]
+
+
+def _natural(name: str) -> tuple[str, int]:
+    m = re.fullmatch(r"(.*?)(\d*)", name)
+    assert m
+    return m.group(1), int(m.group(2) or 0)
 
 
 # -- skeletons ------------------------------------------------------------------

@@ -45,6 +45,14 @@ class Addressing(str, Enum):
     NUMBERED = "numbered"  # a /31 per fabric link
 
 
+class HostKind(str, Enum):
+    """What runs a host's RoCE: rocelab's own engine in the namespace, or Linux Soft-RoCE
+    (rdma_rxe) in a small QEMU guest that owns the host's address (docs/rxe.md)."""
+
+    ENGINE = "engine"
+    RXE = "rxe"
+
+
 class FabricMode(str, Enum):
     L3 = "l3"  # routed Clos: BGP per link, ECMP
     L2 = "l2"  # one stretched VLAN: a bridge per switch, 802.1D STP
@@ -241,6 +249,10 @@ class Hosts(Strict):
         "of its rail group; leaves come in groups of `rails`.")
     dual_homed: bool = Field(False, description="Every host on two leaves (leaf pairs 1-2, "
                              "3-4, ...): one address, ECMP default route over both.")
+    kind: Annotated[HostKind, Field(strict=False)] | dict[
+        str, Annotated[HostKind, Field(strict=False)]] = Field(
+        HostKind.ENGINE, description="engine (rocelab's RoCE engine) or rxe (Linux Soft-RoCE in "
+        "a QEMU guest) for every host, or per host or leaf: {prefill1: rxe, leaf3: rxe}.")
 
 
 class Ecn(Strict):

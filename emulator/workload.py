@@ -20,7 +20,7 @@ from .engine.job import Job, TransferResult
 from .errors import NodeNotFoundError, RocelabError
 from .experiment.analysis import percentile
 from .plan import Kind, Node, Plan
-from .spec import Role
+from .spec import HostKind, Role
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc", "access_errors")
@@ -34,7 +34,15 @@ def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src")
         raise NodeNotFoundError(f"{option}: no host {name!r} in lab {plan.lab}; hosts: {names}") from None
     if node.kind is not Kind.HOST:
         raise RocelabError(f"{option}: {name} is a {node.kind.value}, not a host")
+    refuse_rxe(plan, node, option)
     return node
+
+
+def refuse_rxe(plan: Plan, node: Node, option: str) -> None:
+    if node.host_kind is HostKind.RXE:
+        raise RocelabError(f"{option}: {node.name} is an rxe host (Linux Soft-RoCE in a guest); "
+                           f"the engine does not reach it yet: `rocelab exec {plan.lab} {node.name} "
+                           "-- ib_write_bw ...` runs perftest there")
 
 
 def default_pairs(plan: Plan) -> list[tuple[Node, Node]]:
@@ -59,6 +67,8 @@ def parse_pairs(plan: Plan, text: str | None) -> list[tuple[Node, Node]]:
 
 def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
                  progress: Progress | None = None) -> TransferResult:
+    for h, option in ((src, "--src"), (dst, "--dst")):
+        refuse_rxe(plan, h, option)
     client.ensure_engines(plan, [src, dst])
     return client.transfer(plan, src, dst, job, progress)
 
@@ -68,6 +78,8 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
     """`requests` KV handoffs round-robin over `pairs`, `concurrency` at a time."""
     if requests < 1 or concurrency < 1:
         raise RocelabError("--requests and --concurrency must be at least 1")
+    for h in {h for p in pairs for h in p}:
+        refuse_rxe(plan, h, "--pairs")
     client.ensure_engines(plan, sorted({h for p in pairs for h in p}, key=lambda n: n.name))
     done: dict[int, int] = {}
     lock = threading.Lock()

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
 from .. import lab, netns, state
 from ..paths import ENV_TAG, node_run_dir
+from ..rxe import hosts as rxe_hosts
+from ..spec import HostKind
 from ..tools import lookup
 
 FRR_SOCKET_DIR = "/var/run/frr"  # where vtysh looks without --vty_socket (FRR's build default)
@@ -22,11 +25,19 @@ def command(name: str, node: str, argv: tuple[str, ...]) -> None:
     `vtysh` talks to the router's daemons, and on a host (or an l2 switch) to
     none -- never to an FRR the machine itself runs.
 
+    On an rxe host (hosts.kind: rxe) the command runs inside its guest, through the
+    guest's agent: output comes when it exits, no stdin.
+
     Example: rocelab exec clos-2x4 prefill1 -- ping -c 3 10.2.2.1
     """
     lab.require_root()
     plan = state.lab_plan(name)
     target = lookup.node(plan, node)  # exit 4 naming the nodes if there is none such
+    if target.host_kind is HostKind.RXE:  # the host is its guest: run it there
+        rc, out, err = rxe_hosts.vm_for(plan, target).exec(list(argv))
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+        sys.exit(125 if rc is None else rc)
     env = dict(os.environ) | {ENV_TAG: plan.lab}  # tagged: `down` reaps what it leaves running
     own = str(node_run_dir(plan.lab, target.name)) if target in plan.frr_nodes else None
     hide = {os.path.realpath(FRR_SOCKET_DIR): own}

@@ -1,0 +1,60 @@
+"""A lab's rxe hosts: each host of `hosts.kind: rxe` as an RxeVm, booted in parallel.
+
+`lab.up` boots them once routing has converged (the reach check pings from host
+namespaces, and an rxe host's namespace gives its address to its guest). Each QEMU
+carries the lab's tag, so `down` (and a rolled-back `up`) stops it by PID like any
+other lab process; the tap goes with the namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from .. import state
+from ..paths import node_run_dir
+from ..plan import Node, Plan
+from ..spec import HostKind
+from .vm import RxeVm, VmError, rss_kib
+
+Progress = Callable[[str], None]
+
+
+def rxe_hosts(plan: Plan) -> list[Node]:
+    return [h for h in plan.hosts if h.host_kind is HostKind.RXE]
+
+
+def vm_for(plan: Plan, host: Node) -> RxeVm:
+    port = host.interfaces[0]
+    assert port.address, f"{host.name}: an rxe host's NIC has an address (plan)"
+    return RxeVm(lab=plan.lab, name=host.name, netns=host.netns, mac=port.mac,
+                 address=port.address, gateway=host.gateway, mtu=plan.port_mtu(port),
+                 run_dir=node_run_dir(plan.lab, host.name))
+
+
+def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict[str, dict[str, float]]:
+    """Boot every rxe host's guest at once; {host: {"pid", "boot_s", "rss_mib"}}."""
+    hosts = rxe_hosts(plan)
+    if not hosts:
+        return {}
+    vms = [vm_for(plan, h) for h in hosts]
+    progress(f"booting {len(vms)} rxe guest{'s' if len(vms) != 1 else ''} "
+             f"({', '.join(v.name for v in vms)}; QEMU/TCG, Linux Soft-RoCE)")
+    for vm in vms:  # registered before any starts: a failed boot stops the others too
+        undo.callback(vm.stop)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(vms)) as pool:
+        errors = [f.exception() for f in [pool.submit(vm.start) for vm in vms]]
+    failed = [e for e in errors if e is not None]
+    if failed:
+        raise failed[0] if isinstance(failed[0], VmError) else VmError(str(failed[0]))
+    progress(f"rxe guests up in {time.monotonic() - t0:.1f} s")
+    return {vm.name: {"pid": vm.pid or 0, "boot_s": round(vm.boot_s or 0.0, 2),
+                      "rss_mib": round((rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
+
+
+def running(lab: str) -> dict[str, int]:
+    """host -> QEMU PID of a running lab's guests (from the state file)."""
+    return {h: int(info["pid"]) for h, info in ((state.read(lab) or {}).get("rxe") or {}).items()}
