@@ -9,6 +9,7 @@ TOPOLOGY ?= topologies/clos-2x4.yaml
 
 setup: $(STAMP)
 	@scripts/setup-system.sh
+	@$(PY) -m emulator.rxe.guest fetch  # rxe hosts' guest kernel (Debian's, with rdma_rxe) into .cache/
 
 $(STAMP): pyproject.toml
 	@scripts/setup-system.sh

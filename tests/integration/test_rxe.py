@@ -1,0 +1,103 @@
+"""rxe hosts: clos-2x4-rxe with prefill1 and decode1 as QEMU/TCG guests running Linux
+Soft-RoCE; real perftest and ibv_rc_pingpong between them across the fabric."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from emulator.rxe import guest
+from emulator.rxe.hosts import vm_for
+
+from .conftest import PREFIX, cli, make_lab, poll
+
+NAME = f"{PREFIX}rxe"
+PERFTEST_PORT = 18515
+
+
+@pytest.fixture(scope="module")
+def rxe_lab():
+    if guest.installed() is None:
+        pytest.fail("no rxe guest kernel: `make setup` runs `python -m emulator.rxe.guest fetch`")
+    yield from make_lab("topologies/clos-2x4-rxe.yaml", NAME)
+
+
+def vm(lab_, host):
+    return vm_for(lab_.plan, lab_.plan.node(host))
+
+
+def listening(lab_, host, port=PERFTEST_PORT):
+    rc, out, _ = vm(lab_, host).exec(["ss", "-Hltn"], timeout=10)
+    return rc == 0 and f":{port} " in out
+
+
+def test_guest_has_rxe0(rxe_lab):
+    assert "rxe0/1 state ACTIVE" in cli("exec", NAME, "prefill1", "--", "rdma", "link").stdout
+    info = cli("exec", NAME, "decode1", "--", "ibv_devinfo", "-d", "rxe0").stdout
+    assert "PORT_ACTIVE" in info and "Ethernet" in info
+    # GID 1 is the RoCEv2 IPv4-mapped one (0: the MAC's link-local)
+    addr = rxe_lab.plan.node("decode1").address
+    gid = cli("exec", NAME, "decode1", "--", "cat", "/sys/class/infiniband/rxe0/ports/1/gids/1",
+              "/sys/class/infiniband/rxe0/ports/1/gid_attrs/types/1").stdout.split("\n")
+    assert gid[0].endswith("ffff:" + "".join(f"{int(o):02x}" for o in addr.split(".")[:2]) + ":"
+                           + "".join(f"{int(o):02x}" for o in addr.split(".")[2:]))
+    assert gid[1] == "RoCE v2"
+
+
+def test_ib_write_bw_across_the_fabric(rxe_lab):
+    server, client = vm(rxe_lab, "decode1"), vm(rxe_lab, "prefill1")
+    argv = ["ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-s", "65536", "-n", "300"]
+    job = server.spawn(argv)
+    try:
+        poll(lambda: listening(rxe_lab, "decode1"), timeout=30, what="ib_write_bw listening")
+        res = cli("exec", NAME, "prefill1", "--", *argv, rxe_lab.plan.node("decode1").address)
+        rows = re.findall(r"^\s*65536\s+300\s+([\d.]+)\s+([\d.]+)", res.stdout, re.M)
+        assert rows, res.stdout
+        assert float(rows[0][1]) > 1.0  # MB/s: TCG is slow, but it moved the data
+        assert server.wait(job, timeout=30) == 0
+    finally:
+        server.kill(job)
+    sent = client.counters()
+    assert sent["sent_pkts"] > 300 and sent["send_err"] == 0
+
+
+def test_rc_pingpong(rxe_lab):
+    server = vm(rxe_lab, "decode1")
+    argv = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100"]
+    job = server.spawn(argv)
+    try:
+        poll(lambda: listening(rxe_lab, "decode1"), timeout=30, what="ibv_rc_pingpong listening")
+        res = cli("exec", NAME, "prefill1", "--", *argv, rxe_lab.plan.node("decode1").address)
+        assert re.search(r"\d+ bytes in [\d.]+ seconds", res.stdout), res.stdout + res.stderr
+        assert server.wait(job, timeout=30) == 0
+    finally:
+        server.kill(job)
+
+
+def test_engine_refuses_rxe_hosts(rxe_lab):
+    res = cli("transfer", NAME, "--src", "prefill1", "--dst", "decode2", "--size", "1MiB", check=False)
+    assert res.returncode != 0
+    assert "prefill1 is an rxe host" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def qemus(lab: str) -> list[int]:
+    """QEMU processes of this lab still running (by their -name, not counting zombies)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+            status = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if b"-name" in cmd and cmd[cmd.index(b"-name") + 1].startswith(f"{lab}-".encode()) \
+                and status != "Z":
+            found.append(int(p.name))
+    return found
+
+
+def test_down_stops_the_guests(rxe_lab):
+    assert len(qemus(NAME)) == 2
+    cli("down", NAME)
+    assert qemus(NAME) == []
