@@ -214,7 +214,8 @@ class Exchange:
     def __init__(self, sock: socket.socket, client: bool, timeout_s: float = 60.0):
         self.sock, self.client = sock, client
         sock.settimeout(timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):  # small messages, no Nagle delay
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.peer_version = 0.0
 
     def xchg(self, mine: bytes) -> bytes:
