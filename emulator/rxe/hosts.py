@@ -9,6 +9,7 @@ other lab process; the tap goes with the namespace.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,33 @@ from ..spec import HostKind
 from .vm import RxeVm, VmError, rss_kib
 
 Progress = Callable[[str], None]
+
+
+# Linux creates rxe devices per network namespace from 7.1 (the rdma tree, 2026);
+# before that an rxe device binds only in the kernel's initial namespace.
+NETNS_RXE_KERNEL = (7, 1)
+
+
+def native_path(release: str | None = None, modules: str = "/lib/modules",
+                loaded: str = "/sys/module/rdma_rxe") -> tuple[bool, str]:
+    """Could this kernel give each host namespace its own rxe? (yes/no, why).
+
+    rocelab boots a guest either way for now: the answer is recorded with the
+    lab and printed by `up`, so a user sees which path was taken and why."""
+    release = release or os.uname().release
+    try:
+        version = tuple(int(x) for x in release.split("-")[0].split(".")[:2])
+    except ValueError:
+        version = (0, 0)
+    have = os.path.exists(loaded) or any(
+        os.path.exists(os.path.join(modules, release, "kernel/drivers/infiniband/sw/rxe", f))
+        for f in ("rdma_rxe.ko", "rdma_rxe.ko.xz", "rdma_rxe.ko.zst"))
+    if not have:
+        return False, f"kernel {release} has no rdma_rxe module"
+    if version < NETNS_RXE_KERNEL:
+        return False, (f"kernel {release} binds rxe to its initial network namespace only "
+                       "(per-namespace rxe needs Linux 7.1)")
+    return True, f"kernel {release} has per-namespace rxe (rocelab still boots guests)"
 
 
 def rxe_hosts(plan: Plan) -> list[Node]:
@@ -40,6 +68,8 @@ def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict
     if not hosts:
         return {}
     vms = [vm_for(plan, h) for h in hosts]
+    _, why = native_path()
+    progress(f"rxe hosts as QEMU guests: {why}")
     progress(f"booting {len(vms)} rxe guest{'s' if len(vms) != 1 else ''} "
              f"({', '.join(v.name for v in vms)}; QEMU/TCG, Linux Soft-RoCE)")
     for vm in vms:  # registered before any starts: a failed boot stops the others too

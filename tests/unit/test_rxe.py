@@ -139,3 +139,20 @@ def test_lines_framing():
     assert lines.feed(b'{"a":1}\n{"b"') == [b'{"a":1}']
     assert lines.feed(b':2}\n\n') == [b'{"b":2}']
     assert agent.encode({"x": "é"}).endswith(b"\n")
+
+
+def test_native_path_says_which_kernels_could_give_a_namespace_its_own_rxe(tmp_path) -> None:
+    from emulator.rxe.hosts import native_path
+
+    ok, why = native_path("6.18.0-x", modules=str(tmp_path), loaded=str(tmp_path / "no"))
+    assert not ok and "no rdma_rxe module" in why
+    rxe = tmp_path / "6.1.0-56-amd64/kernel/drivers/infiniband/sw/rxe"
+    rxe.mkdir(parents=True)
+    (rxe / "rdma_rxe.ko").write_bytes(b"")
+    ok, why = native_path("6.1.0-56-amd64", modules=str(tmp_path), loaded=str(tmp_path / "no"))
+    assert not ok and "initial network namespace" in why
+    rxe7 = tmp_path / "7.1.0/kernel/drivers/infiniband/sw/rxe"
+    rxe7.mkdir(parents=True)
+    (rxe7 / "rdma_rxe.ko.xz").write_bytes(b"")
+    ok, why = native_path("7.1.0", modules=str(tmp_path))
+    assert ok and "per-namespace" in why
