@@ -22,6 +22,11 @@ KEEP = (
     "rocelab_bgp_ecmp_expected_paths", "rocelab_bgp_host_prefixes_missing",
     "rocelab_engine_qp_cnps_received_total", "rocelab_engine_dcqcn_rate_reductions_total",
     "rocelab_engine_qp_retransmitted_packets_total",
+    # rxe hosts (Soft-RoCE guests): their own counters, so a run's evidence covers them too
+    "rocelab_rxe_up", "rocelab_rxe_sent_pkts_total", "rocelab_rxe_rcvd_pkts_total",
+    "rocelab_rxe_duplicate_request_total", "rocelab_rxe_out_of_seq_request_total",
+    "rocelab_rxe_completer_retry_err_total", "rocelab_rxe_retry_exceeded_err_total",
+    "rocelab_rxe_send_err_total",
 )
 Metrics = dict[str, dict[str, float]]  # metric -> "k=v,k=v" labels (lab left out) -> value
 Snapshot = dict[str, dict[str, tuple[str, float]]]  # metric -> labels -> (kind, value)

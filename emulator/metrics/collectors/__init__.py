@@ -9,8 +9,8 @@ tests/unit/fixtures/metrics are `fetch()` outputs captured from a real lab
 
 from __future__ import annotations
 
-from . import bgp, dataplane, engine, events, interface, lab, qdisc
+from . import bgp, dataplane, engine, events, interface, lab, qdisc, rxe
 
 ALL = (lab.Collector, interface.Collector, qdisc.Collector, dataplane.Collector,
-       bgp.Collector, engine.Collector, events.Collector)
+       bgp.Collector, engine.Collector, events.Collector, rxe.Collector)
 BY_NAME = {c.name: c for c in ALL}
