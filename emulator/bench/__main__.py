@@ -10,10 +10,11 @@ import time
 
 import click
 
-from . import congestion, engine, fabric, faults, l2, scale
+from . import congestion, engine, fabric, faults, l2, rxe, scale
 
 SECTIONS = {"fabric": fabric.run, "engine": engine.run, "faults": faults.run,
-            "congestion": congestion.run, "l2": l2.run, "scale": scale.run}
+            "congestion": congestion.run, "l2": l2.run, "scale": scale.run,
+            "rxe": rxe.run}
 
 
 @click.command()
