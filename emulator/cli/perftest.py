@@ -4,12 +4,13 @@ import json
 
 import click
 
-from .. import lab, state, workload
-from ..errors import RocelabError
+from .. import lab, state
+from ..errors import NodeNotFoundError, RocelabError
 from ..perftest import remote
 from ..perftest.report import MB
 from ..perftest.session import Options
 from ..perftest.wire import Test
+from ..plan import Kind, Node, Plan
 from ..units import Dilation, parse_size
 
 
@@ -55,7 +56,7 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
     if as_server:
         if not on or src or dst:
             raise RocelabError("--server needs --on HOST (and no --src/--dst)")
-        host = workload.host(plan, on, option="--on")
+        host = _host(plan, on, "--on")
         if not as_json:
             click.echo(f"perftest {test} server on {on} ({host.address}:18515): waiting for a "
                        "client", err=True)
@@ -64,8 +65,7 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
     else:
         if not src or not dst or on:
             raise RocelabError("give --src and --dst (or --server --on HOST)")
-        s = workload.host(plan, src)
-        d = workload.host(plan, dst, option="--dst")
+        s, d = _host(plan, src, "--src"), _host(plan, dst, "--dst")
         if s.name == d.name:
             raise RocelabError("--src and --dst are the same host")
         res = remote.run(plan, s, d, Options(mtu=remote.path_mtu(s), **opts_kw))
@@ -87,6 +87,19 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
             elif "t_avg" in row:
                 click.echo(f" {row['size']} B: {row['real_t_avg_usec']:.4f} usec average "
                            f"real-equivalent (D = {float(dilation):g})")
+
+
+def _host(plan: Plan, name: str, option: str) -> Node:
+    """A host of any kind: an rxe host is a fine --dst (its own perftest serves)."""
+    try:
+        node = plan.node(name)
+    except KeyError:
+        names = ", ".join(h.name for h in plan.hosts)
+        raise NodeNotFoundError(f"{option}: no host {name!r} in lab {plan.lab}; hosts: {names}") \
+            from None
+    if node.kind is not Kind.HOST:
+        raise RocelabError(f"{option}: {name} is a {node.kind.value}, not a host")
+    return node
 
 
 def _real_equivalent(row: dict, dilation: Dilation) -> None:
