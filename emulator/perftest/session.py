@@ -182,7 +182,11 @@ class Session:
             cfg = QpConfig(qpn=mine.qpn, remote_qpn=theirs.qpn, send_psn=mine.psn,
                            recv_psn=theirs.psn, mtu=self.mtu, window=c.window, rto=c.rto,
                            rto_max=c.rto_max, cnp_interval=e.cnp_interval,
-                           max_send=max(65536, biggest))
+                           max_send=max(65536, biggest),
+                           # as perftest's ctx_modify_qp_to_rts/rtr: ORD from the peer's
+                           # out_reads (its IRD), IRD what this side advertised
+                           max_rd_atomic=max(1, min(MAX_DEST_RD_ATOMIC, theirs.out_reads or 1)),
+                           max_dest_rd_atomic=max(1, mine.out_reads))
             rp = ReactionPoint(e.profile, c.line_rate_bps, time.monotonic()) if e.profile else None
             qp = PacedQueuePair(cfg, e.dp.memory, rp, o.rate_bps / o.qps)
             self.qps.append(qp)
