@@ -128,14 +128,15 @@ class RxeVm:
         for a, b in (("eth0", TAP), (TAP, "eth0")):
             # clsact: the congestion plane may have one on eth0 already (its BPF filters sit
             # at the kernel's default priority, after this one at 1)
-            self._tc(["qdisc", "add", "dev", a, "clsact"], tolerate="File exists")
+            # (tc says "File exists", or on kernels whose add is exclusive "Exclusivity flag on")
+            self._tc(["qdisc", "add", "dev", a, "clsact"], tolerate=("File exists", "Exclusivity flag on"))
             self._tc(["filter", "add", "dev", a, "ingress", "prio", "1", "protocol", "all", "u32",
                       "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", b])
 
-    def _tc(self, args: list[str], tolerate: str | None = None) -> None:
+    def _tc(self, args: list[str], tolerate: tuple[str, ...] = ()) -> None:
         done = subprocess.run(["ip", "netns", "exec", self.netns, "tc", *args],
                               capture_output=True, text=True)
-        if done.returncode and not (tolerate and tolerate in done.stderr):
+        if done.returncode and not any(t in done.stderr for t in tolerate):
             raise VmError(f"{self.name}: tc {' '.join(args)}: {done.stderr.strip()}")
 
     def console_tail(self, lines: int = 8) -> str:
