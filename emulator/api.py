@@ -181,8 +181,8 @@ class Lab:
             raise RocelabError(f"rate: {rate!r} is not a speed like 100G or 25G")
         job = Job(operation, size=parse_size(size, "size"), qps=qps, timeout_s=timeout_s,
                   rate_bps=self.plan.dilation.wall_bps(bps) if bps else 0.0)
-        s = workload.host(self.plan, src, option="src")
-        d = workload.host(self.plan, dst, option="dst")
+        s = workload.host(self.plan, src, option="src", rxe_ok=True)
+        d = workload.host(self.plan, dst, option="dst", rxe_ok=True)
         return workload.run_transfer(self.plan, s, d, job, None)
 
     def __repr__(self) -> str:

@@ -7,6 +7,7 @@ them. Results are plain dicts with stable keys (documented in docs/roce.md).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -20,13 +21,17 @@ from .engine.job import Job, TransferResult
 from .errors import NodeNotFoundError, RocelabError
 from .experiment.analysis import percentile
 from .plan import Kind, Node, Plan
+from .rxe import transfer as rxe_transfer
 from .spec import HostKind, Role
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc", "access_errors")
 
 
-def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src") -> Node:
+def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src",
+         rxe_ok: bool = False) -> Node:
+    """The host `name`; an rxe host only where the caller can drive one (`rxe_ok`:
+    transfer and kv, through emulator/rxe/transfer.py)."""
     try:
         node = plan.node(name)
     except KeyError:
@@ -34,15 +39,16 @@ def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src")
         raise NodeNotFoundError(f"{option}: no host {name!r} in lab {plan.lab}; hosts: {names}") from None
     if node.kind is not Kind.HOST:
         raise RocelabError(f"{option}: {name} is a {node.kind.value}, not a host")
-    refuse_rxe(plan, node, option)
+    if not rxe_ok:
+        refuse_rxe(plan, node, option)
     return node
 
 
 def refuse_rxe(plan: Plan, node: Node, option: str) -> None:
     if node.host_kind is HostKind.RXE:
         raise RocelabError(f"{option}: {node.name} is an rxe host (Linux Soft-RoCE in a guest); "
-                           f"the engine does not reach it yet: `rocelab exec {plan.lab} {node.name} "
-                           "-- ib_write_bw ...` runs perftest there")
+                           f"only `rocelab transfer` and `rocelab kv` drive one: `rocelab exec "
+                           f"{plan.lab} {node.name} -- ib_write_bw ...` runs perftest there")
 
 
 def default_pairs(plan: Plan) -> list[tuple[Node, Node]]:
@@ -61,14 +67,16 @@ def parse_pairs(plan: Plan, text: str | None) -> list[tuple[Node, Node]]:
         src, sep, dst = item.partition(":")
         if not sep:
             raise RocelabError(f"--pairs: {item!r} is not SRC:DST (e.g. prefill1:decode1)")
-        pairs.append((host(plan, src.strip(), option="--pairs"), host(plan, dst.strip(), option="--pairs")))
+        pairs.append((host(plan, src.strip(), option="--pairs", rxe_ok=True),
+                      host(plan, dst.strip(), option="--pairs", rxe_ok=True)))
     return pairs
 
 
 def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
                  progress: Progress | None = None) -> TransferResult:
-    for h, option in ((src, "--src"), (dst, "--dst")):
-        refuse_rxe(plan, h, option)
+    """One transfer; an rxe end runs kvpeer in its guest (emulator/rxe/transfer.py)."""
+    if HostKind.RXE in (src.host_kind, dst.host_kind):
+        return rxe_transfer.run(plan, src, dst, job, progress)
     client.ensure_engines(plan, [src, dst])
     return client.transfer(plan, src, dst, job, progress)
 
@@ -78,9 +86,11 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
     """`requests` KV handoffs round-robin over `pairs`, `concurrency` at a time."""
     if requests < 1 or concurrency < 1:
         raise RocelabError("--requests and --concurrency must be at least 1")
-    for h in {h for p in pairs for h in p}:
-        refuse_rxe(plan, h, "--pairs")
-    client.ensure_engines(plan, sorted({h for p in pairs for h in p}, key=lambda n: n.name))
+    hosts = sorted({h for p in pairs for h in p}, key=lambda n: n.name)
+    client.ensure_engines(plan, [h for h in hosts if h.host_kind is not HostKind.RXE])
+    # an rxe guest runs one transfer at a time: one kvpeer owns its 18515, and its
+    # counters are the device's
+    busy = {h.name: threading.Lock() for h in hosts if h.host_kind is HostKind.RXE}
     done: dict[int, int] = {}
     lock = threading.Lock()
     total = requests * job.payload_bytes
@@ -94,7 +104,12 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
                 if progress:
                     progress(sum(done.values()), total)
 
-        res = client.transfer(plan, src, dst, job, tick)
+        locks = [busy[h.name] for h in sorted({src, dst}, key=lambda n: n.name) if h.name in busy]
+        with contextlib.ExitStack() as held:
+            for host_lock in locks:  # in name order: no two requests wait on each other
+                held.enter_context(host_lock)
+            res = (rxe_transfer.run(plan, src, dst, job, tick) if locks
+                   else client.transfer(plan, src, dst, job, tick))
         tick(job.payload_bytes, 0)
         return res | {"request": i}
 

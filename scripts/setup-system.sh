@@ -5,7 +5,8 @@ set -euo pipefail
 
 PACKAGES=(frr iproute2 iputils-ping tcpdump tshark iperf3 nftables procps prometheus
           clang libbpf-dev libc6-dev linux-libc-dev  # clang + headers: the BPF dataplane
-          qemu-system-x86 perftest rdma-core ibverbs-utils ibverbs-providers busybox-static)  # rxe hosts
+          qemu-system-x86 perftest rdma-core ibverbs-utils ibverbs-providers busybox-static  # rxe hosts
+          python3-pyverbs)  # rxe hosts in transfer/kv: emulator/rxe/kvpeer.py runs verbs from Python
 python3 -c 'import ensurepip, venv' 2>/dev/null || PACKAGES+=(python3-venv python3-pip)
 
 missing=()

@@ -40,7 +40,8 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str,
     plan = state.lab_plan(name)
     job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu, rate_bps=wall_rate(plan, rate),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
-    s, d = workload.host(plan, src), workload.host(plan, dst, option="--dst")
+    s = workload.host(plan, src, rxe_ok=True)
+    d = workload.host(plan, dst, option="--dst", rxe_ok=True)
     rec = record.Recorder(plan)
     with byte_progress(f"{op} {src} -> {dst}", job.payload_bytes, quiet=as_json) as tick, \
             (rec if out else contextlib.nullcontext()):
@@ -83,3 +84,7 @@ def print_transfer(res: dict, dilation: Dilation | None = None) -> None:
                       *([str(q.get("rail"))] if rails else []), q["spine"] or "-",
                       str(q["retransmitted_packets"]))
     console.print(table)
+    for host, rxe in (res.get("rxe") or {}).items():  # an rxe end: its device's counters
+        moved = ", ".join(f"{k} {v}" for k, v in sorted(rxe["counters"].items()))
+        console.print(f"rxe {host} ({rxe['role']}): hw_counters {moved or 'unchanged'}",
+                      soft_wrap=True)
