@@ -111,13 +111,30 @@ class Lab:
         return cli("down", self.name)
 
 
-def make_lab(topology: str, name: str):
+def make_lab(topology: str, name: str, *up_args: str):
     lab_ = Lab(topology, name)
     try:
-        lab_.up()
+        lab_.up(*up_args)
         yield lab_
     finally:
         cli("down", name, check=False)
+
+
+def make_rxe_lab(topology: str, name: str, *up_args: str):
+    """make_lab for a topology with rxe hosts: fails (never skips) without the guest
+    kernel that `make setup` fetches."""
+    from emulator.rxe import guest
+
+    if guest.installed() is None:
+        pytest.fail("no rxe guest kernel: `make setup` runs `python -m emulator.rxe.guest fetch`")
+    yield from make_lab(topology, name, *up_args)
+
+
+def rxe_vm(lab_: Lab, host: str):
+    """The RxeVm of one of the lab's rxe hosts (exec, spawn, counters in its guest)."""
+    from emulator.rxe.hosts import vm_for
+
+    return vm_for(lab_.plan, lab_.plan.node(host))
 
 
 @pytest.fixture(scope="module")

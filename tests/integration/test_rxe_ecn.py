@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 
 from emulator.metrics.scrape import Scraper
-from emulator.rxe import guest
 from emulator.rxe.hosts import vm_for
 from emulator.rxe.vm import TAP
 
-from .conftest import PREFIX, cli, make_lab, poll
+from .conftest import PREFIX, cli, make_rxe_lab, poll
 
 NAME = f"{PREFIX}rxecn"
 ROCE_PORT = 4791
@@ -31,9 +30,7 @@ CLIENT_S = 12  # the transfer stalls on a PFC-paused host port (below): bounded
 
 @pytest.fixture(scope="module")
 def lab():
-    if guest.installed() is None:
-        pytest.fail("no rxe guest kernel: `make setup` runs `python -m emulator.rxe.guest fetch`")
-    yield from make_lab("topologies/clos-2x4-cc-rxe.yaml", NAME)
+    yield from make_rxe_lab("topologies/clos-2x4-cc-rxe.yaml", NAME)
 
 
 def roce_frames(pcap: Path) -> list[tuple[str, str, int, int, int]]:

@@ -19,10 +19,8 @@ import pytest
 from emulator.perftest import report
 from emulator.roce.icrc import check_icrc
 from emulator.roce.pcap import read_pcap
-from emulator.rxe import guest
-from emulator.rxe.hosts import vm_for
 
-from .conftest import PREFIX, ROCELAB, cli, make_lab, poll
+from .conftest import PREFIX, ROCELAB, cli, make_rxe_lab, poll, rxe_vm
 
 NAME = f"{PREFIX}rxi"
 PERFTEST_PORT = 18515
@@ -30,13 +28,10 @@ PERFTEST_PORT = 18515
 
 @pytest.fixture(scope="module")
 def lab():
-    if guest.installed() is None:
-        pytest.fail("no rxe guest kernel: `make setup` runs `python -m emulator.rxe.guest fetch`")
-    yield from make_lab("topologies/clos-2x4-rxe.yaml", NAME)
+    yield from make_rxe_lab("topologies/clos-2x4-rxe.yaml", NAME)
 
 
-def vm(lab_, host):
-    return vm_for(lab_.plan, lab_.plan.node(host))
+vm = rxe_vm
 
 
 def addr(lab_, host) -> str:

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.rxe import guest
 from emulator.rxe.hosts import running, vm_for
 
-from .conftest import PREFIX, Lab, cli, poll
+from .conftest import PREFIX, cli, make_rxe_lab, poll
 from .test_telemetry import PROMETHEUS, _free_port, _get, _ready, _stop, by, query, samples
 
 NAME = f"{PREFIX}rxm"
@@ -26,14 +25,7 @@ N = 200
 
 @pytest.fixture(scope="module")
 def lab():
-    if guest.installed() is None:
-        pytest.fail("no rxe guest kernel: `make setup` runs `python -m emulator.rxe.guest fetch`")
-    lab_ = Lab("topologies/clos-2x4-rxe.yaml", NAME)
-    try:
-        lab_.up("--metrics", "127.0.0.1:0")
-        yield lab_
-    finally:
-        cli("down", NAME, check=False)
+    yield from make_rxe_lab("topologies/clos-2x4-rxe.yaml", NAME, "--metrics", "127.0.0.1:0")
 
 
 @pytest.fixture(scope="module")
