@@ -78,15 +78,16 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
         click.echo(json.dumps(res, indent=2))
         return
     click.echo(main["output"], nl=False)
-    if dilation:
+    if dilation and main["rows"]:
+        click.echo(f" real-equivalent (time dilation D = {float(dilation):g}: rates x D, "
+                   "times / D)")
+        bw = "bw_avg" in main["rows"][0]
+        click.echo(REAL_BW_HEADER if bw else REAL_LAT_HEADER)
         for row in main["rows"]:
-            if "bw_avg" in row:
-                click.echo(f" {row['size']} B: {row['real_bw_avg_gbps']:.2f} Gbit/s average, "
-                           f"{row['real_msg_rate_mpps']:.4f} Mpps real-equivalent "
-                           f"(D = {float(dilation):g})")
-            elif "t_avg" in row:
-                click.echo(f" {row['size']} B: {row['real_t_avg_usec']:.4f} usec average "
-                           f"real-equivalent (D = {float(dilation):g})")
+            keys = ("real_bw_peak_gbps", "real_bw_avg_gbps", "real_msg_rate_mpps") if bw \
+                else tuple(f"real_{k}_usec" for k in LAT_FIGURES)
+            click.echo(f" {row['size']:<10} {row['iters']:<11}"
+                       + "".join(f" {row[k]:>14.4f}" for k in keys))
 
 
 def _host(plan: Plan, name: str, option: str) -> Node:
@@ -102,10 +103,21 @@ def _host(plan: Plan, name: str, option: str) -> Node:
     return node
 
 
+LAT_FIGURES = ("t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99", "p999")
+REAL_BW_HEADER = (" #bytes     #iterations    BW peak[Gb/sec] BW average[Gb/sec]  "
+                  "MsgRate[Mpps]")
+REAL_LAT_HEADER = (" #bytes     #iterations " + "".join(
+    f" {h:>14}" for h in ("t_min[usec]", "t_max[usec]", "t_typical", "t_avg[usec]",
+                          "t_stdev[usec]", "99%[usec]", "99.9%[usec]")))
+
+
 def _real_equivalent(row: dict, dilation: Dilation) -> None:
-    """Add real-equivalent figures under time dilation: rates x D, times / D."""
+    """Add every figure in real-equivalent units under time dilation: rates x D
+    (MB/sec -> Gbit/s), times / D."""
     if "bw_avg" in row:
-        row["real_bw_avg_gbps"] = dilation.real_bps(row["bw_avg"] * MB * 8) / 1e9
+        for k in ("bw_peak", "bw_avg"):
+            row[f"real_{k}_gbps"] = dilation.real_bps(row[k] * MB * 8) / 1e9
         row["real_msg_rate_mpps"] = row["msg_rate"] * float(dilation)
     if "t_avg" in row:
-        row["real_t_avg_usec"] = dilation.real_s(row["t_avg"])
+        for k in LAT_FIGURES:
+            row[f"real_{k}_usec"] = dilation.real_s(row[k])

@@ -28,6 +28,8 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from emulator.perftest import report
+
 from .conftest import PREFIX, ROCELAB, cli, make_lab, poll
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -266,3 +268,25 @@ def test_graph_draws_the_topology_without_root(tmp_path):
                           str(tmp_path / "fabric.svg")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "spine1" in (tmp_path / "fabric.svg").read_text()
+
+
+def test_perftest_on_a_congestion_lab_gives_every_figure_real_equivalent(cc):
+    """Under time dilation D, perftest's figures are wall figures: rates x D and
+    times / D give the real fabric's, for every column."""
+    d = float(cc.plan.dilation)
+    res = cli("perftest", cc.name, "write_bw", "--src", "prefill1", "--dst", "decode2",
+              "-s", "65536", "-n", "100", "--json", timeout=120)
+    row = json.loads(res.stdout)["client"]["rows"][0]
+    assert row["bw_avg"] > 0
+    for k in ("bw_peak", "bw_avg"):
+        assert row[f"real_{k}_gbps"] == pytest.approx(row[k] * 2**20 * 8 * d / 1e9)
+    assert row["real_msg_rate_mpps"] == pytest.approx(row["msg_rate"] * d)
+    res = cli("perftest", cc.name, "write_lat", "--src", "prefill1", "--dst", "decode2",
+              "-n", "100", timeout=120)
+    table = res.stdout.split("real-equivalent (time dilation", 1)[1].splitlines()
+    assert "t_min[usec]" in table[1] and "99.9%[usec]" in table[1]
+    wall = [r for r in report.parse(res.stdout)][0]
+    real = [float(x) for x in table[2].split()[2:]]
+    assert real == pytest.approx([v / d for v in (wall.t_min, wall.t_max, wall.t_typical,
+                                                  wall.t_avg, wall.t_stdev, wall.p99,
+                                                  wall.p999)], rel=1e-3, abs=1e-4)
