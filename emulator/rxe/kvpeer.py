@@ -58,10 +58,15 @@ class PeerError(Exception):
 
 # -- pure pieces (unit-tested on the host, no pyverbs) ---------------------------------
 
-def rxe_sport(qpn: int) -> int:
-    """The UDP source port Linux rxe sends a QP's packets from (rxe_qp.c:
-    RXE_ROCE_V2_SPORT + hash_32(qpn, 14)); the fabric's ECMP hashes it."""
-    return 0xC000 + (((qpn * 0x61C88647) & 0xFFFFFFFF) >> (32 - 14))
+def rxe_sport(qpn: int, remote_qpn: int) -> int:
+    """The UDP source port Linux rxe sends a QP's packets from, with no flow label set:
+    rdma_get_udp_sport(0, qpn, remote qpn) (include/rdma/ib_verbs.h), checked against a
+    capture of the 6.1 guest; the fabric's ECMP hashes it."""
+    v = qpn * remote_qpn
+    v ^= v >> 20
+    v ^= v >> 40
+    fl = v & 0xFFFFF
+    return ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)) | 0xC000
 
 
 def ib_timeout(seconds: float) -> int:
@@ -291,7 +296,7 @@ def initiate(job: Job, ip: str, peer_ip: str) -> dict[str, Any]:
         "digest": mine, "peer_digest": fin.get("digest"),
         "interruption_s": max((c.get("max_rx_gap_s", 0.0) for c in receivers), default=0.0),
         **{k: ours[k] + sum(c.get(k, 0) for c in theirs) for k in SUM_KEYS},
-        "qps": [{"qpn": m["qpn"], "remote_qpn": r["qpn"], "udp_sport": rxe_sport(m["qpn"]),
+        "qps": [{"qpn": m["qpn"], "remote_qpn": r["qpn"], "udp_sport": rxe_sport(m["qpn"], r["qpn"]),
                  "local_ip": ip, "dcqcn": None,
                  # device counters: all on the first QP, the peer's per QP
                  **{k: (ours[k] if i == 0 else 0) + fin.get("counters", {}).get(str(r["qpn"]), {}).get(k, 0)
