@@ -10,10 +10,8 @@ import json
 import pytest
 
 from emulator.engine import client
-from emulator.rxe import guest
-from emulator.rxe.hosts import vm_for
 
-from .conftest import PREFIX, cli, make_lab
+from .conftest import PREFIX, cli, make_rxe_lab, rxe_vm
 
 NAME = f"{PREFIX}rxekv"
 SIZE = 3 << 20
@@ -30,9 +28,7 @@ IDS = [f"{op}-{src}-{dst}" for src, dst, op, *_ in CASES]
 
 @pytest.fixture(scope="module")
 def lab():
-    if guest.installed() is None:
-        pytest.fail("no rxe guest kernel: `make setup` runs `python -m emulator.rxe.guest fetch`")
-    yield from make_lab("topologies/clos-2x4-rxe.yaml", NAME)
+    yield from make_rxe_lab("topologies/clos-2x4-rxe.yaml", NAME)
 
 
 def transfer(src: str, dst: str, op: str) -> dict:
@@ -76,7 +72,7 @@ def test_transfers_under_loss(lab):
     and decode2 crosses one of them, whichever spine its flow hashes onto."""
     for spine in ("spine1", "spine2"):
         cli("fail", NAME, "link", "leaf1", spine, "--loss", "1%")
-    vm = vm_for(lab.plan, lab.plan.node("prefill1"))
+    vm = rxe_vm(lab, "prefill1")
     try:
         for src, dst, op, rxe_key, engine_key in CASES:
             rxe0, eng0 = vm.counters(), engine_retired(lab, "decode2")
