@@ -30,8 +30,9 @@ from ..units import Dilation, parse_size
 @click.option("-D", "--duration", type=float, default=0.0, help="Seconds (perftest -D).")
 @click.option("-b", "duplex", is_flag=True, help="Bidirectional (perftest -b).")
 @click.option("-q", "--qps", type=int, default=1, help="QPs (perftest -q).")
-@click.option("--tclass", type=int, default=-1, help="Traffic class shown (perftest --tclass).")
-@click.option("--rate_limit", type=float, default=0.0, help="Gbit/s, real-equivalent on "
+@click.option("--tclass", type=click.IntRange(-1, 255), default=-1,
+              help="Traffic class shown (perftest --tclass).")
+@click.option("--rate_limit", type=click.FloatRange(min=0), default=0.0, help="Gbit/s, real-equivalent on "
               "shaped labs (perftest --rate_limit with --rate_units=g).")
 @click.option("--json", "as_json", is_flag=True, help="Print the parsed figures as JSON.")
 def command(name: str, test: str, src: str | None, dst: str | None, as_server: bool,

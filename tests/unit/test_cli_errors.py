@@ -122,6 +122,10 @@ CASES = [
     # schema
     cli("schema extra", USAGE),
     cli("schema --jsno", USAGE),
+    # perftest
+    cli(f"perftest {FAKE} write_bw --src prefill1 --dst decode1 --tclass 256", USAGE),
+    cli(f"perftest {FAKE} write_bw --src prefill1 --dst decode1 --tclass x", USAGE),
+    cli(f"perftest {FAKE} write_bw --src prefill1 --dst decode1 --rate_limit -1", USAGE),
     # transfer
     lab(f"transfer {NOLAB} --src prefill1 --dst decode1 --size 1MiB", NOT_FOUND),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1", USAGE),
