@@ -38,6 +38,9 @@ BOOT_TIMEOUT_S = 60.0  # TCG: 3-10 s usually, more on a loaded machine
 QEMU = "qemu-system-x86_64"
 
 
+WIRE_PRIO = 60000  # the tc wire's filter: after the congestion plane's (default 49152)
+
+
 class VmError(AgentError):
     pass
 
@@ -126,11 +129,14 @@ class RxeVm:
             with contextlib.suppress(Exception):
                 ipr.addr("del", index=eth0, address=str(iface.ip), prefixlen=iface.network.prefixlen)
         for a, b in (("eth0", TAP), (TAP, "eth0")):
-            # clsact: the congestion plane may have one on eth0 already (its BPF filters sit
-            # at the kernel's default priority, after this one at 1)
-            # (tc says "File exists", or on kernels whose add is exclusive "Exclusivity flag on")
+            # clsact: the congestion plane may have one on eth0 already (tc says "File
+            # exists", or on kernels whose add is exclusive "Exclusivity flag on"). Its BPF
+            # filter sits at the kernel's default priority (49152) and returns UNSPEC, so
+            # the wire goes after it (WIRE_PRIO): the program must see every frame that
+            # arrives, or the leaf's bytes held toward this host are never released and
+            # its lossless class stays paused for good (measured: rxe stalled in TC 3).
             self._tc(["qdisc", "add", "dev", a, "clsact"], tolerate=("File exists", "Exclusivity flag on"))
-            self._tc(["filter", "add", "dev", a, "ingress", "prio", "1", "protocol", "all", "u32",
+            self._tc(["filter", "add", "dev", a, "ingress", "prio", str(WIRE_PRIO), "protocol", "all", "u32",
                       "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", b])
 
     def _tc(self, args: list[str], tolerate: tuple[str, ...] = ()) -> None:
