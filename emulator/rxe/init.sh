@@ -21,6 +21,7 @@ for arg in $(cat /proc/cmdline); do
         rocelab.mtu=*) MTU=${arg#*=} ;;
         rocelab.python=*) PY=${arg#*=} ;;
         rocelab.agent=*) AGENT=${arg#*=} ;;
+        rocelab.keep=*) KEEP=${arg#*=} ;;
     esac
 done
 
@@ -30,7 +31,17 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose hostroo
 mount -t proc proc $R/proc
 mount -t sysfs sys $R/sys
 mount -t devtmpfs dev $R/dev
+# directories under the tmpfs places that the guest needs from the host (a checkout
+# in /tmp): held aside by bind mounts, then moved back on top of the tmpfs
+n=0; KEPT=""
+for k in $(echo "$KEEP" | tr ',' ' '); do
+    mkdir -p /keep/$n && mount -o bind "$R$k" /keep/$n && KEPT="$KEPT $n:$k"
+    n=$((n + 1))
+done
 for d in tmp run var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $R/$d; done
+for e in $KEPT; do
+    mkdir -p "$R${e#*:}" && mount -o move "/keep/${e%%:*}" "$R${e#*:}" || say "cannot keep ${e#*:}"
+done
 mkdir -p $R/dev/pts $R/dev/shm && mount -t devpts devpts $R/dev/pts && mount -t tmpfs tmpfs $R/dev/shm
 
 hostname "${NAME:-rxe}"

@@ -41,6 +41,24 @@ QEMU = "qemu-system-x86_64"
 WIRE_PRIO = 60000  # the tc wire's filter: after the congestion plane's (default 49152)
 
 
+# The guest puts tmpfs on these; a checkout or venv under one would vanish from its view.
+GUEST_TMPFS = ("/tmp", "/run", "/var/tmp")
+
+
+def keep_dirs() -> list[str]:
+    """The directories the guest must see from the host's root even where it mounts
+    tmpfs (a checkout in /tmp, as CI clones): the package's tree, the venv and the
+    Python it was made from, those under a tmpfs place, outermost only."""
+    import sys
+
+    roots = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(),
+             Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
+    under = sorted(str(r) for r in roots
+                   if any(str(r).startswith(t + "/") for t in GUEST_TMPFS) and "," not in str(r)
+                   and " " not in str(r))
+    return [d for d in under if not any(d.startswith(o + "/") for o in under if o != d)]
+
+
 class VmError(AgentError):
     pass
 
@@ -101,6 +119,7 @@ class RxeVm:
             "console=ttyS0", "panic=-1", "quiet", "loglevel=4", f"rocelab.name={self.name}",
             f"rocelab.addr={self.address}", f"rocelab.mtu={self.mtu}",
             f"rocelab.python={sys.executable}", f"rocelab.agent={agent}",
+            f"rocelab.keep={','.join(keep_dirs())}",
             *([f"rocelab.gw={self.gateway}"] if self.gateway else [])])
         argv = [QEMU, "-accel", "tcg", "-cpu", "max", "-smp", str(self.cpus),
                 "-m", str(self.memory_mib), "-name", f"{self.lab}-{self.name}",
