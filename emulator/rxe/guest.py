@@ -16,11 +16,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import lzma
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,7 +209,9 @@ def initramfs(kernel: Kernel | None = None, cache: Path | None = None) -> Path:
         digest.update(e.name.encode() + b"\0" + e.data + b"\0%o" % e.mode)
     path = cache / f"initramfs-{digest.hexdigest()[:16]}.gz"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
+        # one temporary file per writer: guests boot in parallel, and two building at
+        # once through one name replaced each other's half-written file
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(gzip.compress(archive(entries), compresslevel=1, mtime=0))
         tmp.replace(path)
     return path

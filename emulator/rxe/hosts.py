@@ -18,6 +18,7 @@ from .. import state
 from ..paths import node_run_dir
 from ..plan import Node, Plan
 from ..spec import HostKind
+from . import guest
 from .vm import RxeVm, VmError, rss_kib
 
 Progress = Callable[[str], None]
@@ -72,6 +73,7 @@ def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict
     progress(f"rxe hosts as QEMU guests: {why}")
     progress(f"booting {len(vms)} rxe guest{'s' if len(vms) != 1 else ''} "
              f"({', '.join(v.name for v in vms)}; QEMU/TCG, Linux Soft-RoCE)")
+    guest.initramfs()  # built (if this content is new) once, before the guests race for it
     for vm in vms:  # registered before any starts: a failed boot stops the others too
         undo.callback(vm.stop)
     t0 = time.monotonic()
