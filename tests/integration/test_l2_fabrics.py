@@ -79,6 +79,12 @@ def test_l2_uplink_failure_reconverges_through_the_blocked_link(l2):
     # spine2 now reaches the root through another leaf; leaf1 reaches it through spine2.
     assert next(p for p in bridges["leaf1"]["ports"] if p["port"] == "spine2")["role"] == "root"
     assert len([p for b in bridges.values() for p in b["blocked"]]) == 2  # one link fewer to block
+    # The tree has settled; the bridges' forwarding tables may still hold an entry from
+    # before (a CI run's engine connect timed out once, 10 s of SYNs): wait for the
+    # path itself, then move data over it.
+    decode3 = l2.plan.node("decode3").address
+    poll(lambda: l2.exec("prefill1", "ping", "-c", "1", "-W", "1", decode3,
+                         check=False).returncode == 0, timeout=30, what="prefill1 -> decode3")
     assert _transfer(l2.plan, "prefill1", "decode3")["integrity_ok"]
     heal = json.loads(cli("heal", l2.name, "--all", "--json", timeout=90).stdout)
     assert heal["convergence"]["settled"]
