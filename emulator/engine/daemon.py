@@ -27,10 +27,10 @@ from ..perftest.session import Options
 from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
 from ..roce.rc import QueuePair
-from ..roce.verbs import QpConfig
+from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from .config import EngineConfig
 from .dataplane import DataPlane, FlowKey, Watch, reductions
-from .job import CONTROL_PORT, Job, Op, digest, flow_of, source_bytes
+from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
 from .paced import PacedQueuePair
 from .perftest import PerftestJobs, is_engine_peer
 from .wire import Channel
@@ -38,11 +38,9 @@ from .wire import Channel
 log = logging.getLogger("rocelab.engine")
 PROGRESS_EVERY_S = 0.25
 # Outstanding READs: the initiator depth (ORD) and the responder's resources (IRD),
-# as rxe has them (max_qp_rd_atom 128); the exchange carries IRD, ORD = min(own, peer's IRD).
-ORD = IRD = 128
+# as rxe has them; the exchange carries IRD, ORD = min(own, peer's IRD).
+ORD = IRD = MAX_RD_ATOMIC
 CONNECT_TIMEOUT_S = 10.0
-SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc",
-            "access_errors", "duplicates", "packets_sent", "cnps_rx", "cnps_tx")
 
 
 ACK_TIMEOUT_BACKOFF = 16  # a flow's ack_timeout doubles per retry up to this many times it

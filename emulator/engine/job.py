@@ -18,6 +18,10 @@ from typing import Any, TypedDict
 from ..errors import RocelabError
 from .kv import KvLayout, Segment, model
 
+# A transfer result's counters, summed over both ends' QPs (the engine's and kvpeer's)
+SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc",
+            "access_errors", "duplicates", "packets_sent", "cnps_rx", "cnps_tx")
+
 MAX_MESSAGE = 1 << 20  # a contiguous transfer is posted as 1 MiB WRITE/READ messages
 CONTROL_PORT = 18515  # perftest's default port, for the QPN/PSN/rkey/VA exchange
 DEFAULT_MTU = 4096

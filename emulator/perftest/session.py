@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineError, RocelabError
-from ..roce.verbs import QpConfig
+from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from . import report
 from .runners import BwClient, BwServer, ReadLat, Runner, SendLat, WriteLat, buff_size, inc
 from .wire import BwReport, Dest, Exchange, Step, Test, sizes, steps
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 CYCLE_BUFFER = 4096  # sysconf(_SC_PAGESIZE)
 CACHE_LINE = 64  # DEF_CACHE_LINE_SIZE
-MAX_DEST_RD_ATOMIC = 128  # IRD the engine's responder offers (rxe's max_qp_rd_atom too)
 DEF_ITERS_WB, DEF_ITERS = 5000, 1000
 RUN_SLACK_S = 60.0  # a size's traffic may take this long beyond its expected time
 
@@ -165,7 +164,7 @@ class Session:
         self.buf = bytearray(os.urandom(inc(slot, self.line) * 2 * o.qps)) \
             if o.test is not Test.WRITE_LAT else bytearray(inc(slot, self.line) * 2 * o.qps)
         self.mr = e.dp.call(lambda: e.dp.memory.register(self.buf))
-        out_reads = MAX_DEST_RD_ATOMIC if o.test.verb == "read" else 1
+        out_reads = MAX_RD_ATOMIC if o.test.verb == "read" else 1
         self.local = [Dest.for_ipv4(e.ip, qpn=q["qpn"], psn=q["psn"], rkey=self.mr.rkey,
                                     vaddr=self.mr.va + (o.qps + i) * slot, out_reads=out_reads)
                       for i, q in enumerate(e.new_qpns(o.qps))]
@@ -185,7 +184,7 @@ class Session:
                            max_send=max(65536, biggest),
                            # as perftest's ctx_modify_qp_to_rts/rtr: ORD from the peer's
                            # out_reads (its IRD), IRD what this side advertised
-                           max_rd_atomic=max(1, min(MAX_DEST_RD_ATOMIC, theirs.out_reads or 1)),
+                           max_rd_atomic=max(1, min(MAX_RD_ATOMIC, theirs.out_reads or 1)),
                            max_dest_rd_atomic=max(1, mine.out_reads))
             rp = ReactionPoint(e.profile, c.line_rate_bps, time.monotonic()) if e.profile else None
             qp = PacedQueuePair(cfg, e.dp.memory, rp, o.rate_bps / o.qps)

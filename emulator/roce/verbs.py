@@ -11,6 +11,9 @@ from emulator.roce.errors import QpConfigError
 from emulator.roce.headers import Opcode
 
 PATH_MTUS = (256, 512, 1024, 2048, 4096)
+# Outstanding READs per QP as rxe has them (max_qp_rd_atom): the engine's ORD and IRD,
+# kvpeer's, and the out_reads the perftest exchange offers.
+MAX_RD_ATOMIC = 128
 
 
 class WrKind(Enum):
@@ -59,10 +62,10 @@ class QpConfig:
     udp_sport: int = 0  # 0: derived from the QPNs as rxe does; else fixed (a set flow label)
     # ORD (ibv_qp_attr.max_rd_atomic): READ REQUESTs this requester keeps outstanding at
     # most; the peer's IRD bounds it, so set it to min(own, peer's max_dest_rd_atomic).
-    max_rd_atomic: int = 128
+    max_rd_atomic: int = MAX_RD_ATOMIC
     # IRD (max_dest_rd_atomic): READ REQUESTs this responder remembers, so a retried one
     # can be served again; older duplicates are dropped unanswered, as rxe does.
-    max_dest_rd_atomic: int = 128
+    max_dest_rd_atomic: int = MAX_RD_ATOMIC
     rnr_retry: int = 7  # RNR NAKs in a row without progress before failing; 7 means forever
     min_rnr_timer: int = 12  # the 5-bit RNR timer this responder puts in its RNR NAKs (0.64 ms)
 

@@ -35,21 +35,20 @@ import sys
 import time
 from typing import Any
 
-from emulator.engine.job import CONTROL_PORT, Job, Op, digest, source_bytes
+from emulator.engine.job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, source_bytes
 from emulator.engine.wire import Channel
+from emulator.roce.headers import udp_source_port
+from emulator.roce.verbs import MAX_RD_ATOMIC
 from emulator.rxe.agent import counters as hw_counters
 
 DEVICE, PORT, GID_INDEX = "rxe0", 1, 1  # GID 1: the RoCEv2 IPv4-mapped GID
-ORD = IRD = 128  # rxe's max_qp_rd_atom, as the engine has them
+ORD = IRD = MAX_RD_ATOMIC  # rxe's max_qp_rd_atom, as the engine has them
 SQ_DEPTH = 128  # WRs outstanding per QP
 RETRY_CNT = RNR_RETRY = 7  # 7: RNR retried for ever (the engine's responder never RNRs)
 DEFAULT_TIMEOUT_EXP = 14  # 4.096 us x 2^14 = 67 ms, perftest's default
 MIN_RNR_TIMER = 12
 PROGRESS_EVERY_S = 0.25
 CHUNK = 4 << 20  # region copies into/out of the MR in pieces
-# the engine's result keys, summed over both ends (emulator/engine/daemon.py SUM_KEYS)
-SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc",
-            "access_errors", "duplicates", "packets_sent", "cnps_rx", "cnps_tx")
 
 
 class PeerError(Exception):
@@ -57,17 +56,6 @@ class PeerError(Exception):
 
 
 # -- pure pieces (unit-tested on the host, no pyverbs) ---------------------------------
-
-def rxe_sport(qpn: int, remote_qpn: int) -> int:
-    """The UDP source port Linux rxe sends a QP's packets from, with no flow label set:
-    rdma_get_udp_sport(0, qpn, remote qpn) (include/rdma/ib_verbs.h), checked against a
-    capture of the 6.1 guest; the fabric's ECMP hashes it."""
-    v = qpn * remote_qpn
-    v ^= v >> 20
-    v ^= v >> 40
-    fl = v & 0xFFFFF
-    return ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)) | 0xC000
-
 
 def ib_timeout(seconds: float) -> int:
     """The IB local ACK timeout exponent (4.096 us x 2^t) closest above `seconds`."""
@@ -296,7 +284,7 @@ def initiate(job: Job, ip: str, peer_ip: str) -> dict[str, Any]:
         "digest": mine, "peer_digest": fin.get("digest"),
         "interruption_s": max((c.get("max_rx_gap_s", 0.0) for c in receivers), default=0.0),
         **{k: ours[k] + sum(c.get(k, 0) for c in theirs) for k in SUM_KEYS},
-        "qps": [{"qpn": m["qpn"], "remote_qpn": r["qpn"], "udp_sport": rxe_sport(m["qpn"], r["qpn"]),
+        "qps": [{"qpn": m["qpn"], "remote_qpn": r["qpn"], "udp_sport": udp_source_port(m["qpn"], r["qpn"]),
                  "local_ip": ip, "dcqcn": None,
                  # device counters: all on the first QP, the peer's per QP
                  **{k: (ours[k] if i == 0 else 0) + fin.get("counters", {}).get(str(r["qpn"]), {}).get(k, 0)

@@ -1,24 +1,24 @@
-"""kvpeer's pure pieces (no pyverbs here): rxe's UDP source port, the ACK timeout
+"""kvpeer's pure pieces (no pyverbs here): the UDP source port it reports, the ACK timeout
 exponent, the IPv4-mapped GID, and rxe's device counters mapped onto the engine's keys."""
 
 from __future__ import annotations
 
-from emulator.engine.job import Job, Op
+from emulator.engine.job import SUM_KEYS, Job, Op
+from emulator.roce.headers import udp_source_port
 from emulator.rxe.kvpeer import (
-    SUM_KEYS,
     counter_delta,
     data_packets,
     engine_counters,
     ib_timeout,
     mapped_gid,
-    rxe_sport,
 )
 
 
 def test_rxe_sport_as_captured():
-    # a 6.1 guest's QP 0x1f to engine QP 3492 sent from 59098 (tcpdump on the host's eth0)
-    assert rxe_sport(31, 3492) == 59098
-    assert all(0xC000 <= rxe_sport(q, 0x100 + q) <= 0xFFFF for q in range(17, 5000, 7))
+    # a 6.1 guest's QP 0x1f to engine QP 3492 sent from 59098 (tcpdump on the host's eth0):
+    # kvpeer reports the engine's own udp_source_port, the formula both share with rxe
+    assert udp_source_port(31, 3492) == 59098
+    assert all(0xC000 <= udp_source_port(q, 0x100 + q) <= 0xFFFF for q in range(17, 5000, 7))
 
 
 def test_ib_timeout():
