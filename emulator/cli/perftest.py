@@ -4,13 +4,12 @@ import json
 
 import click
 
-from .. import lab, state
-from ..errors import NodeNotFoundError, RocelabError
+from .. import lab, state, workload
+from ..errors import RocelabError
 from ..perftest import remote
 from ..perftest.report import MB
 from ..perftest.session import Options
 from ..perftest.wire import Test
-from ..plan import Kind, Node, Plan
 from ..units import Dilation, parse_size
 
 
@@ -49,7 +48,7 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
     plan = state.lab_plan(name)
     dilation = plan.dilation if plan.congestion else None
     rate = rate_limit * 1e9
-    if rate < 0 or iters < 0 or duration < 0:
+    if iters < 0 or duration < 0:  # --rate_limit: its FloatRange already refused < 0
         raise RocelabError("--rate_limit, -n and -D must be positive")
     opts_kw = dict(test=Test(test), size=parse_size(size, "-s") if size else 0, run_all=run_all,
                    iters=iters, duration=duration, duplex=duplex, qps=qps, tclass=tclass,
@@ -57,7 +56,7 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
     if as_server:
         if not on or src or dst:
             raise RocelabError("--server needs --on HOST (and no --src/--dst)")
-        host = _host(plan, on, "--on")
+        host = workload.host(plan, on, option="--on", rxe_ok=True)
         if not as_json:
             click.echo(f"perftest {test} server on {on} ({host.address}:18515): waiting for a "
                        "client", err=True)
@@ -66,7 +65,10 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
     else:
         if not src or not dst or on:
             raise RocelabError("give --src and --dst (or --server --on HOST)")
-        s, d = _host(plan, src, "--src"), _host(plan, dst, "--dst")
+        # any kind of host: an rxe --dst serves with its own perftest (remote.run says
+        # what an rxe --src cannot do)
+        s = workload.host(plan, src, option="--src", rxe_ok=True)
+        d = workload.host(plan, dst, option="--dst", rxe_ok=True)
         if s.name == d.name:
             raise RocelabError("--src and --dst are the same host")
         res = remote.run(plan, s, d, Options(mtu=remote.path_mtu(s), **opts_kw))
@@ -89,19 +91,6 @@ def command(name: str, test: str, src: str | None, dst: str | None, as_server: b
                 else tuple(f"real_{k}_usec" for k in LAT_FIGURES)
             click.echo(f" {row['size']:<10} {row['iters']:<11}"
                        + "".join(f" {row[k]:>14.4f}" for k in keys))
-
-
-def _host(plan: Plan, name: str, option: str) -> Node:
-    """A host of any kind: an rxe host is a fine --dst (its own perftest serves)."""
-    try:
-        node = plan.node(name)
-    except KeyError:
-        names = ", ".join(h.name for h in plan.hosts)
-        raise NodeNotFoundError(f"{option}: no host {name!r} in lab {plan.lab}; hosts: {names}") \
-            from None
-    if node.kind is not Kind.HOST:
-        raise RocelabError(f"{option}: {name} is a {node.kind.value}, not a host")
-    return node
 
 
 LAT_FIGURES = ("t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99", "p999")

@@ -14,14 +14,14 @@ from typing import Any
 from ..engine import client as engines
 from ..errors import EngineError
 from ..plan import Node, Plan
+from ..spec import HostKind
 from .session import Options
 
 SERVER_WAIT_S = 600.0
 
 
 def is_engine_host(host: Node) -> bool:
-    kind = getattr(host, "host_kind", None)
-    return kind is None or getattr(kind, "value", kind) == "engine"
+    return host.host_kind is HostKind.ENGINE
 
 
 def path_mtu(host: Node) -> int:
