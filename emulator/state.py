@@ -96,6 +96,17 @@ def process_tag(pid: int) -> str | None:
                  if v.startswith(needle)), None)
 
 
+def rss_kib(pid: int) -> int | None:
+    """Resident memory of a process (for QEMU: the guest's touched RAM plus QEMU itself)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def run_dir_labs() -> set[str]:
     try:
         return {p.name for p in RUN_ROOT.iterdir() if p.is_dir()}

@@ -56,15 +56,8 @@ def baseline_realize(plan: Plan) -> float:
 
 
 def router_rss_mb(name: str) -> float:
-    total_kb = 0
-    for pid, tag in state.tagged_processes().items():
-        if tag != name:
-            continue
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                total_kb += next(int(row.split()[1]) for row in f if row.startswith("VmRSS:"))
-        except (OSError, StopIteration):
-            continue
+    total_kb = sum(state.rss_kib(pid) or 0 for pid, tag in state.tagged_processes().items()
+                   if tag == name)
     return round(total_kb / 1024, 1)
 
 

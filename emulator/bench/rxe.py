@@ -21,7 +21,6 @@ from typing import Any
 from .. import lab, state
 from ..engine import client
 from ..rxe.hosts import vm_for
-from ..rxe.vm import rss_kib
 
 TOPOLOGY = "topologies/clos-2x4-rxe.yaml"
 NAME = "bench-rxe"
@@ -53,7 +52,7 @@ def one_run(log) -> dict[str, Any]:
         plan = state.lab_plan(NAME)
         time.sleep(1.0)  # the agent's first requests settle; RSS after boot, idle
         guests = {h: {"boot_s": info["boot_s"],
-                      "rss_mib": round((rss_kib(int(info["pid"])) or 0) / 1024, 1)}
+                      "rss_mib": round((state.rss_kib(int(info["pid"])) or 0) / 1024, 1)}
                   for h, info in sorted(rxe.items())}
         vm = vm_for(plan, plan.node(sorted(rxe)[0]))
         trips = []
@@ -66,7 +65,7 @@ def one_run(log) -> dict[str, Any]:
         client.ensure_engines(plan, [host])
         engine_start_s = time.monotonic() - t
         pid = _engine_pid(NAME, ENGINE_HOST)
-        engine_rss = round((rss_kib(pid) or 0) / 1024, 1) if pid else None
+        engine_rss = round((state.rss_kib(pid) or 0) / 1024, 1) if pid else None
     finally:
         lab.down(NAME)
     boot = [g["boot_s"] for g in guests.values()]

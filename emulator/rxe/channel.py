@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..errors import RocelabError
+from .agent import Lines
 
 
 class AgentError(RocelabError):
@@ -35,7 +36,7 @@ class Channel:
         self.reader.start()
 
     def _read(self) -> None:
-        buf = b""
+        lines = Lines()
         while True:
             try:
                 data = self.sock.recv(65536)
@@ -46,8 +47,7 @@ class Channel:
             if not data:
                 self._fail(why)
                 return
-            *lines, buf = (buf + data).split(b"\n")
-            for line in lines:
+            for line in lines.feed(data):
                 self._deliver(line)
 
     def _deliver(self, line: bytes) -> None:

@@ -19,7 +19,7 @@ from ..paths import node_run_dir
 from ..plan import Node, Plan
 from ..spec import HostKind
 from . import guest
-from .vm import RxeVm, VmError, rss_kib
+from .vm import RxeVm, VmError
 
 Progress = Callable[[str], None]
 
@@ -73,18 +73,18 @@ def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict
     progress(f"rxe hosts as QEMU guests: {why}")
     progress(f"booting {len(vms)} rxe guest{'s' if len(vms) != 1 else ''} "
              f"({', '.join(v.name for v in vms)}; QEMU/TCG, Linux Soft-RoCE)")
-    guest.initramfs()  # built (if this content is new) once, before the guests race for it
+    initrd = guest.initramfs()  # built (if this content is new) once, not by each guest
     for vm in vms:  # registered before any starts: a failed boot stops the others too
         undo.callback(vm.stop)
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=len(vms)) as pool:
-        errors = [f.exception() for f in [pool.submit(vm.start) for vm in vms]]
+        errors = [f.exception() for f in [pool.submit(vm.start, initrd=initrd) for vm in vms]]
     failed = [e for e in errors if e is not None]
     if failed:
         raise failed[0] if isinstance(failed[0], VmError) else VmError(str(failed[0]))
     progress(f"rxe guests up in {time.monotonic() - t0:.1f} s")
     return {vm.name: {"pid": vm.pid or 0, "boot_s": round(vm.boot_s or 0.0, 2),
-                      "rss_mib": round((rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
+                      "rss_mib": round((state.rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
 
 
 def running(lab: str) -> dict[str, int]:

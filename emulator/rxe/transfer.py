@@ -24,12 +24,12 @@ from ..engine.job import Job, Op, TransferResult
 from ..errors import EngineError
 from ..plan import Node, Plan
 from ..spec import HostKind
+from . import guest
 from .hosts import vm_for
 from .vm import RxeVm
 
 PYTHON = "/usr/bin/python3"  # the system Python: Debian's python3-pyverbs is built for it
 SOURCE = Path(__file__).with_name("kvpeer.py")
-REPO = Path(__file__).resolve().parents[2]
 POLL_S = 0.25
 LISTEN_TIMEOUT_S = 60.0  # Python starting over 9p under TCG: ~1.5 s idle, more when loaded
 Progress = Callable[..., None]  # (bytes done, total, bytes sent), as client.transfer calls it
@@ -47,7 +47,7 @@ class GuestPeer:
         # the module's source goes in argv: the guest's 9p view of the repo is cached
         # (cache=loose) and may lag an edit; the modules it imports change less
         argv = [PYTHON, "-c", SOURCE.read_text(), *args]
-        self.job = vm.spawn(argv, env={"PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"})
+        self.job = vm.spawn(argv, env={"PYTHONPATH": str(guest.REPO), "PYTHONDONTWRITEBYTECODE": "1"})
         self.seen = 0
         self.rc: int | None = None
 

@@ -51,7 +51,7 @@ def keep_dirs() -> list[str]:
     Python it was made from, those under a tmpfs place, outermost only."""
     import sys
 
-    roots = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(),
+    roots = {guest.REPO, Path(sys.prefix).resolve(),
              Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
     under = sorted(str(r) for r in roots
                    if any(str(r).startswith(t + "/") for t in GUEST_TMPFS) and "," not in str(r)
@@ -87,12 +87,13 @@ class RxeVm:
         return self.run_dir / f"agent{i}.sock"
 
     # -- lifecycle -----------------------------------------------------------------
-    def start(self, timeout_s: float = BOOT_TIMEOUT_S) -> None:
-        """Boot; return once the agent says hello. VmError naming the host otherwise."""
+    def start(self, timeout_s: float = BOOT_TIMEOUT_S, initrd: Path | None = None) -> None:
+        """Boot; return once the agent says hello. VmError naming the host otherwise.
+        `initrd`: the initramfs, if the caller has it (boot_all builds it once for all)."""
         kernel = guest.installed()
         if kernel is None:
             raise VmError(f"{self.name}: no guest kernel: run `python -m emulator.rxe.guest fetch`")
-        initrd = guest.initramfs(kernel)
+        initrd = initrd or guest.initramfs(kernel)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         self.wire()
@@ -246,15 +247,3 @@ class RxeVm:
     def counters(self) -> dict[str, Any]:
         with self.channel() as ch:
             return dict(ch.request("counters", wait_s=30)["counters"])
-
-
-def rss_kib(pid: int) -> int | None:
-    """Resident memory of a process (QEMU: the guest's touched RAM plus QEMU itself)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
