@@ -75,9 +75,16 @@ def parse_pairs(plan: Plan, text: str | None) -> list[tuple[Node, Node]]:
 def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
                  progress: Progress | None = None) -> TransferResult:
     """One transfer; an rxe end runs kvpeer in its guest (emulator/rxe/transfer.py)."""
+    if HostKind.RXE not in (src.host_kind, dst.host_kind):  # (rxe_transfer starts its own)
+        client.ensure_engines(plan, [src, dst])
+    return _move(plan, src, dst, job, progress)
+
+
+def _move(plan: Plan, src: Node, dst: Node, job: Job,
+          progress: Progress | None) -> TransferResult:
+    """The transfer itself, the engines started: through kvpeer if an end is rxe."""
     if HostKind.RXE in (src.host_kind, dst.host_kind):
         return rxe_transfer.run(plan, src, dst, job, progress)
-    client.ensure_engines(plan, [src, dst])
     return client.transfer(plan, src, dst, job, progress)
 
 
@@ -108,8 +115,7 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
         with contextlib.ExitStack() as held:
             for host_lock in locks:  # in name order: no two requests wait on each other
                 held.enter_context(host_lock)
-            res = (rxe_transfer.run(plan, src, dst, job, tick) if locks
-                   else client.transfer(plan, src, dst, job, tick))
+            res = _move(plan, src, dst, job, tick)
         tick(job.payload_bytes, 0)
         return res | {"request": i}
 
