@@ -145,22 +145,32 @@ class BwServer(Runner):
 
 
 @dataclass
-class WriteLat(Runner):
+class LatRunner(Runner):
+    """The latency tests' common part: `iters` round trips, or until `until` (-D);
+    scnt/ccnt/rcnt count posts, completions and the peer's messages seen."""
+
+    iters: int = 1000
+    until: float | None = None
+
+    def __post_init__(self) -> None:
+        self.scnt = self.ccnt = self.rcnt = 0
+
+    def _more(self, count: int, now: float) -> bool:
+        return now < self.until if self.until is not None else count < self.iters
+
+
+@dataclass
+class WriteLat(LatRunner):
     """run_iter_lat_write: ping-pong by RDMA WRITE; each side polls the last byte of
     its receive slot for the peer's count; the server sends first."""
 
     remote: Dest | None = None
     recv_offset: int = 0  # where the peer writes: (qps) * BUFF_SIZE
-    iters: int = 1000
     server: bool = False
-    until: float | None = None
 
     def __post_init__(self) -> None:
-        self.scnt = self.ccnt = self.rcnt = 0
+        super().__post_init__()
         self.phase = "rx"
-
-    def _more(self, count: int, now: float) -> bool:
-        return now < self.until if self.until is not None else count < self.iters
 
     def tick(self, now: float) -> None:
         qp = self.qps[0]
@@ -194,15 +204,10 @@ class WriteLat(Runner):
 
 
 @dataclass
-class ReadLat(Runner):
+class ReadLat(LatRunner):
     """run_iter_lat: one READ at a time; the time between posts is the round trip."""
 
     remote: Dest | None = None
-    iters: int = 1000
-    until: float | None = None
-
-    def __post_init__(self) -> None:
-        self.scnt = self.ccnt = 0
 
     def tick(self, now: float) -> None:
         qp = self.qps[0]
@@ -213,7 +218,7 @@ class ReadLat(Runner):
             self.ccnt += 1
         if self.ccnt < self.scnt or self.done.is_set():
             return
-        if (now < self.until) if self.until is not None else self.scnt < self.iters:
+        if self._more(self.scnt, now):
             self.posted.append(now)
             self.scnt += 1
             d = self.remote
@@ -223,18 +228,10 @@ class ReadLat(Runner):
 
 
 @dataclass
-class SendLat(Runner):
+class SendLat(LatRunner):
     """run_iter_lat_send: ping-pong by SEND; the client sends first."""
 
-    iters: int = 1000
     server: bool = False
-    until: float | None = None
-
-    def __post_init__(self) -> None:
-        self.scnt = self.ccnt = self.rcnt = 0
-
-    def _more(self, count: int, now: float) -> bool:
-        return now < self.until if self.until is not None else count < self.iters
 
     def tick(self, now: float) -> None:
         qp = self.qps[0]
