@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ import pytest
 from emulator.rxe.hosts import running, vm_for
 
 from .conftest import PREFIX, cli, make_rxe_lab, poll
-from .test_telemetry import PROMETHEUS, _free_port, _get, _ready, _stop, by, query, samples
+from .test_telemetry import _get, by, query, run_prometheus, samples
 
 NAME = f"{PREFIX}rxm"
 N = 200
@@ -35,25 +33,7 @@ def url(lab):
 
 @pytest.fixture(scope="module")
 def prometheus(url, tmp_path_factory):
-    if not PROMETHEUS.exists():
-        pytest.fail("prometheus is not installed: run `make setup` (Debian package prometheus)")
-    d = tmp_path_factory.mktemp("prometheus")
-    (d / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n  - job_name: rocelab\n    scrape_timeout: 900ms\n"
-        f"    static_configs: [{{targets: ['{urllib.parse.urlsplit(url).netloc}']}}]\n")
-    port = _free_port()
-    proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={d / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={d / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(d / "log", "w"))
-    base = f"http://127.0.0.1:{port}"
-    try:
-        poll(lambda: proc.poll() is None and _ready(base), timeout=30, interval=0.2,
-             what=f"prometheus ready at {base}")
-        yield base
-    finally:
-        _stop(proc)
+    yield from run_prometheus(url, tmp_path_factory.mktemp("prometheus"))
 
 
 def listening(vm, port=18515) -> bool:

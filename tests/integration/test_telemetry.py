@@ -84,9 +84,13 @@ def _answers(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def prometheus(exporter, tmp_path_factory):
+    yield from run_prometheus(exporter, tmp_path_factory.mktemp("prometheus"))
+
+
+def run_prometheus(exporter: str, d: Path):
+    """A real Prometheus scraping `exporter` every second; yields its base URL."""
     if not PROMETHEUS.exists():
         pytest.fail("prometheus is not installed: run `make setup` (Debian package prometheus)")
-    d = tmp_path_factory.mktemp("prometheus")
     target = urllib.parse.urlsplit(exporter).netloc
     (d / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
