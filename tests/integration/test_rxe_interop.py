@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.errors import ExitCode
 from emulator.perftest import report
 from emulator.roce.icrc import check_icrc
 from emulator.roce.pcap import read_pcap
@@ -111,6 +112,16 @@ def test_engine_client_with_a_real_perftest_server(lab, test, size, iters, qps):
     assert theirs.size == size and theirs.iters == iters * qps
     if test != "send_bw":
         assert theirs.bw_avg == mine.bw_avg  # the real server printed the engine's report
+
+
+def test_a_perftest_run_that_fails_exits_8_in_one_line(lab):
+    """No perftest server on the rxe host: the engine's client cannot connect, and
+    `rocelab perftest` says so on one line with the transfer-failed code."""
+    res = cli("perftest", NAME, "write_bw", "--src", "prefill2", "--dst", "decode1",
+              "-n", "10", check=False, timeout=60)
+    assert res.returncode == ExitCode.TRANSFER_FAILED, res.stderr
+    assert res.stderr.count("\n") == 1
+    assert f"cannot reach a perftest server at {addr(lab, 'decode1')}:18515" in res.stderr
 
 
 def test_engine_and_rxe_numbers_are_comparable(lab):
