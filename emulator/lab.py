@@ -131,7 +131,7 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
                          "(restored when the last lab is down)")
         neighbours.check(plan)  # exit 12 before anything exists: a full table breaks every lab
     except BaseException:
-        undo.close()
+        _unwind(undo)  # the limit it raised is put back, whatever signal comes next
         raise
     progress(f"estimate: {est.summary()}")  # every check passed: a refusal stays one line
     marks = {"start": time.monotonic()}
@@ -181,8 +181,7 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         state.write(plan.lab, record | {"status": "up", "timings": timings})
         undo.pop_all()  # success: the lab stays
     except BaseException:
-        with signals_held():  # a second Ctrl-C or SIGTERM must not cut the rollback short
-            undo.close()
+        _unwind(undo)  # a second Ctrl-C or SIGTERM must not cut the rollback short
         raise
     return UpResult(plan, timings, daemons)
 
@@ -261,18 +260,34 @@ def kill_tagged(lab: str) -> list[int]:
     return pids
 
 
+def _unwind(undo: contextlib.ExitStack) -> None:
+    """Run every undo with SIGINT and SIGTERM held. A signal that lands before they are
+    held (a second Ctrl-C right after the first, under a handler that raises each time)
+    starts the rollback again: the stack runs each undo once, so none runs twice."""
+    while True:
+        try:
+            with signals_held():
+                undo.close()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM ignored for the duration (main thread only: elsewhere a no-op)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:  # a signal between the two ignores below still gets both handlers back
+        for s in saved:
+            signal.signal(s, signal.SIG_IGN)
         yield
     finally:
         for s, handler in saved.items():
-            signal.signal(s, handler)
+            if handler is not None:
+                signal.signal(s, handler)
 
 
 def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,

@@ -89,10 +89,28 @@ def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Calla
         yield lambda done, _total, *_: bar.update(task, completed=done)
 
 
-def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # unwinds like Ctrl-C: transactions roll back, labs come down
+class InterruptOnce:
+    """A SIGINT/SIGTERM handler that raises KeyboardInterrupt for the first signal only.
+
+    The first signal unwinds the command (transactions roll back, labs come down); any
+    later one lands while that unwinding runs, and a second KeyboardInterrupt there
+    (before a rollback could hold signals, or in a `finally` on the way) would cut the
+    rollback short: it is ignored instead. Two SIGTERMs at the same instant, a supervisor
+    escalating, an impatient Ctrl-C: one interruption, one complete rollback."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.fired:
+            return  # already unwinding: the rollback finishes, then the command exits 130
+        self.fired = True
+        raise KeyboardInterrupt
 
 
 def interrupt_on_sigterm() -> None:
-    """SIGTERM (a CI job's timeout, `kill`) unwinds a long command as Ctrl-C does."""
-    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    """SIGTERM (a CI job's timeout, `kill`) unwinds a long command as Ctrl-C does, and
+    only the first SIGINT or SIGTERM interrupts: see InterruptOnce."""
+    handler = InterruptOnce()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)

@@ -1,0 +1,73 @@
+"""Signals during `up`: the first SIGINT/SIGTERM interrupts, no later one cuts the rollback
+short (issue 24: two SIGTERMs at the same instant once skipped it; 14 namespaces left)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+import pytest
+
+from emulator import lab
+from emulator.cli import progress as prog
+
+
+@pytest.fixture
+def own_handlers():
+    """The process's SIGINT/SIGTERM handlers, put back after the test."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield saved
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def _interrupted(sig: signal.Signals) -> bool:
+    try:
+        signal.raise_signal(sig)  # the Python handler runs before raise_signal returns
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def test_only_the_first_signal_interrupts(own_handlers):
+    # The second SIGTERM raised a KeyboardInterrupt while the first was unwinding, before
+    # the rollback held signals (or while a worker pool was being joined): no rollback.
+    prog.interrupt_on_sigterm()
+    assert _interrupted(signal.SIGTERM)
+    assert [_interrupted(s) for s in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT,
+                                      signal.SIGTERM, signal.SIGINT)] == [False] * 5
+
+
+def test_ctrl_c_interrupts_first_too(own_handlers):
+    prog.interrupt_on_sigterm()
+    assert _interrupted(signal.SIGINT)
+    assert not _interrupted(signal.SIGTERM)
+
+
+def test_signals_held_ignores_both_and_restores_them(own_handlers):
+    with lab.signals_held():
+        assert not _interrupted(signal.SIGINT) and not _interrupted(signal.SIGTERM)
+    assert {s: signal.getsignal(s) for s in own_handlers} == own_handlers
+
+
+def test_a_signal_before_the_rollback_holds_signals_does_not_skip_it(monkeypatch):
+    # An API caller's handler raises on every Ctrl-C: one landing as the rollback starts
+    # (before signals are held) must not leave the lab's resources behind.
+    undone: list[str] = []
+    undo = contextlib.ExitStack()
+    for what in ("namespaces", "daemons"):
+        undo.callback(undone.append, what)
+    held = lab.signals_held
+    landed = []
+
+    @contextlib.contextmanager
+    def second_signal_lands_first():
+        if not landed:
+            landed.append(True)
+            raise KeyboardInterrupt
+        with held():
+            yield
+
+    monkeypatch.setattr(lab, "signals_held", second_signal_lands_first)
+    lab._unwind(undo)
+    assert undone == ["daemons", "namespaces"] and landed
