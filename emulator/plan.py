@@ -18,7 +18,7 @@ from typing import Any
 from .congestion.model import CongestionPlan
 from .congestion.model import resolve as resolve_congestion
 from .errors import SpecError
-from .spec import Addressing, EcmpHash, FabricMode, HostKind, Links, Role, Topology
+from .spec import Addressing, EcmpHash, FabricMode, HostKind, Links, Role, Topology, asn_problem
 from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
@@ -890,8 +890,16 @@ def _asns(topo: Topology, source: str, sk: _Skeleton, knobs: dict[str, dict[str,
     def field_of(name: str) -> str:
         if topo.nodes is not None:
             return f"nodes.{name}.asn"
+        base = {Kind.SPINE: "asn.spine", Kind.SUPERSPINE: "asn.superspine"}
+        kinds = {n.name: n.kind for n in sk.nodes}
         return f"asn.overrides.{name}" if name in topo.asn.overrides else (
-            f"overrides.{name}.asn" if knobs[name]["asn"] is not None else "asn.leaf_base")
+            f"overrides.{name}.asn" if knobs[name]["asn"] is not None
+            else base.get(kinds[name], "asn.leaf_base"))
+
+    for name, asn in asns.items():  # a numbering base that runs into a reserved range
+        problem = asn_problem(asn) if asn <= MAX_ASN else f"is above {MAX_ASN}"
+        if problem:
+            raise SpecError(source, field_of(name), f"{name} would get ASN {asn}, which {problem}")
 
     seen: dict[int, str] = {}
     others: dict[int, str] = {}

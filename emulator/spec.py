@@ -94,6 +94,37 @@ def _check_speed(v: str) -> str:
 
 Mtu = Annotated[int, Field(ge=1280, le=65535)]
 
+# ASNs no router may take (RFC 7607, 6793, 5398, 7300 and IANA's reserved block): FRR
+# starts with them and the sessions never come up (AS_TRANS), or they are not ours to use.
+RESERVED_ASNS = ((23456, 23456, "AS_TRANS (RFC 6793)"),
+                 (64496, 64511, "documentation (RFC 5398)"),
+                 (65535, 65535, "reserved (RFC 7300)"),
+                 (65536, 65551, "documentation (RFC 5398)"),
+                 (65552, 131071, "reserved (IANA)"))
+PRIVATE_ASNS = "64512-65534 or 4200000000-4294967294"  # RFC 6996: what fabrics use
+
+
+def asn_problem(asn: int) -> str | None:
+    """Why `asn` cannot be a router's ASN, as "is ...; use ..." (None: it can). 0 and
+    4294967295 (RFC 7607, 7300) are outside every ASN field's 1-4294967294 already."""
+    for first, last, why in RESERVED_ASNS:
+        if first <= asn <= last:
+            what = why if first == last else f"in {first}-{last}, {why}"
+            return f"is {what}; use a private ASN ({PRIVATE_ASNS})"
+    return None
+
+
+def _check_asn(v: int) -> int:
+    problem = asn_problem(v)
+    if problem:
+        raise ValueError(f"must not be a reserved ASN: {v} {problem}")
+    return v
+
+
+AsNumber = Annotated[int, Field(ge=1, le=4294967294, json_schema_extra={"not": {"anyOf": [
+    {"minimum": first, "maximum": last} for first, last, _ in RESERVED_ASNS]}}),
+    AfterValidator(_check_asn)]
+
 
 RoleName = Annotated[str, AfterValidator(lambda v: _check_role(v))]
 
@@ -149,7 +180,7 @@ class NodeSpec(Strict):
     kind: Literal["superspine", "spine", "leaf", "host"] = Field(
         description="Tier: superspine, spine, leaf (hosts attach only to leaves) or host.")
     role: RoleName | None = Field(None, description="Hosts: prefill, decode or any role name.")
-    asn: Annotated[int, Field(ge=1, le=4294967294)] | None = Field(
+    asn: AsNumber | None = Field(
         None, description="Routers: the ASN (default: the asn: plan of its kind).")
     attach: Literal["rail", "dual"] | None = Field(
         None, description="Hosts with several links: rail (an address per NIC) or dual "
@@ -193,7 +224,7 @@ class BfdOverride(Strict):
 class Override(Strict):
     """Routing knobs of one node, role or group (`overrides:`): node beats group beats role."""
 
-    asn: Annotated[int, Field(ge=1, le=4294967294)] | None = Field(None, description="Routers: ASN.")
+    asn: AsNumber | None = Field(None, description="Routers: ASN.")
     bgp: BgpOverride = Field(default_factory=BgpOverride, description="Timers, maximum_paths.")
     bfd: BfdOverride = Field(default_factory=BfdOverride, description="BFD on or off, timers.")
     ecmp_hash: Annotated[EcmpHash, Field(strict=False)] | None = Field(
@@ -204,14 +235,14 @@ class Override(Strict):
 
 
 class Asn(Strict):
-    spine: Annotated[int, Field(ge=1, le=4294967294)] = Field(
+    spine: AsNumber = Field(
         65000, description="ASN shared by every spine (RFC 7938); with pods: pod p's spines "
         "get spine + p - 1.")
-    superspine: Annotated[int, Field(ge=1, le=4294967294)] = Field(
+    superspine: AsNumber = Field(
         64900, description="ASN shared by every superspine (3-tier).")
-    leaf_base: Annotated[int, Field(ge=1, le=4294967294)] = Field(
+    leaf_base: AsNumber = Field(
         65101, description="leafN gets leaf_base + N - 1.")
-    overrides: dict[str, Annotated[int, Field(ge=1, le=4294967294)]] = Field(
+    overrides: dict[str, AsNumber] = Field(
         default_factory=dict, description="Per-router ASN, e.g. {leaf3: 65200}.")
 
 
