@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -89,28 +90,22 @@ def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Calla
         yield lambda done, _total, *_: bar.update(task, completed=done)
 
 
-class InterruptOnce:
-    """A SIGINT/SIGTERM handler that raises KeyboardInterrupt for the first signal only.
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM: raise KeyboardInterrupt, unless one is already being handled.
 
-    The first signal unwinds the command (transactions roll back, labs come down); any
-    later one lands while that unwinding runs, and a second KeyboardInterrupt there
-    (before a rollback could hold signals, or in a `finally` on the way) would cut the
-    rollback short: it is ignored instead. Two SIGTERMs at the same instant, a supervisor
-    escalating, an impatient Ctrl-C: one interruption, one complete rollback."""
-
-    def __init__(self) -> None:
-        self.fired = False
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if self.fired:
-            return  # already unwinding: the rollback finishes, then the command exits 130
-        self.fired = True
-        raise KeyboardInterrupt
+    The first signal unwinds the command (transactions roll back, labs come down); a
+    second one landing while that runs (in an `except` or `finally` on the way, before
+    the rollback holds signals, or while a worker pool is joined) would cut the rollback
+    short: it is ignored there. Outside such a handler it interrupts again, so a first
+    KeyboardInterrupt lost where Python swallows exceptions (a `__del__`) never leaves the
+    command deaf to signals."""
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        return
+    raise KeyboardInterrupt
 
 
 def interrupt_on_sigterm() -> None:
     """SIGTERM (a CI job's timeout, `kill`) unwinds a long command as Ctrl-C does, and
-    only the first SIGINT or SIGTERM interrupts: see InterruptOnce."""
-    handler = InterruptOnce()
+    neither interrupts the unwinding of an earlier one: see _interrupt."""
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
+        signal.signal(sig, _interrupt)

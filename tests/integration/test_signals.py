@@ -78,5 +78,6 @@ def test_signals_at_the_same_instant_still_roll_back(line, delay_ms, burst):
     time.sleep(delay_ms / 1000)
     for _ in range(burst):  # back to back: no pause between them
         os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(120) == INTERRUPTED
+    rc = proc.wait(120)
+    assert rc == INTERRUPTED, f"exit {rc}: {proc.stderr.read()[-3000:]}"
     _nothing_left(name)
