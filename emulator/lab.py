@@ -267,6 +267,7 @@ def _unwind(undo: contextlib.ExitStack) -> None:
     while True:
         try:
             with signals_held():
+                netns.join_workers()  # a worker a signal orphaned registers its undo first
                 undo.close()
             return
         except KeyboardInterrupt:

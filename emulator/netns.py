@@ -174,7 +174,21 @@ def exec_in(name: str, argv: list[str], env: dict[str, str],
     os.execvpe(argv[0], argv, env)
 
 
+WORKER_PREFIX = "rocelab-parallel"
+
+
 def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
     """Run fn over items on worker threads; re-raise the first failure."""
-    with ThreadPoolExecutor(WORKERS) as pool:
+    with ThreadPoolExecutor(WORKERS, thread_name_prefix=WORKER_PREFIX) as pool:
         return list(pool.map(fn, items))
+
+
+def join_workers() -> None:
+    """Wait for every `parallel` worker thread still running. A KeyboardInterrupt inside
+    the pool's Thread.start() leaves that thread out of the pool's own list, so leaving
+    the pool does not wait for it: it may still be creating a namespace (or starting a
+    daemon) whose undo a rollback must not miss. Workers end once the queue is drained."""
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and t.name.startswith(WORKER_PREFIX):
+            t.join()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 
 import pytest
 
@@ -78,3 +79,25 @@ def test_a_signal_before_the_rollback_holds_signals_does_not_skip_it(monkeypatch
     monkeypatch.setattr(lab, "signals_held", second_signal_lands_first)
     lab._unwind(undo)
     assert undone == ["daemons", "namespaces"] and landed
+
+
+def test_the_rollback_waits_for_a_worker_the_pool_lost(monkeypatch):
+    # A KeyboardInterrupt inside the pool's Thread.start() leaves that worker out of the
+    # pool's list: leaving the pool does not wait for it, and it went on creating a
+    # namespace after the rollback had removed the others (xg-sigb20c-spine1 was left).
+    from emulator import netns
+
+    release, created = threading.Event(), []
+
+    def orphan() -> None:
+        release.wait()
+        created.append("spine1")
+
+    worker = threading.Thread(target=orphan, name=f"{netns.WORKER_PREFIX}_0")
+    worker.start()
+    undo = contextlib.ExitStack()
+    undo.callback(lambda: undone.append(list(created)))
+    undone: list[list[str]] = []
+    threading.Timer(0.05, release.set).start()  # the worker finishes some time later
+    lab._unwind(undo)
+    assert undone == [["spine1"]] and not worker.is_alive()
