@@ -23,6 +23,7 @@ from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
 MAX_ASN = 4294967294  # 4-byte ASNs; 4294967295 is reserved
+LAST_PRIVATE_16, FIRST_PRIVATE_32 = 65534, 4200000000  # RFC 6996 private-use ASNs
 BRIDGE = "br0"  # the one bridge of a bridging switch (fabric l2; leaves of fabric evpn)
 VXLAN_OVERHEAD = 50  # outer Ethernet + IPv4 + UDP + VXLAN: the underlay's MTU is this much larger
 STP_PRIORITY_ROOT, STP_PRIORITY_SPINE, STP_PRIORITY_LEAF = 4096, 8192, 32768
@@ -872,13 +873,16 @@ def _asns(topo: Topology, source: str, sk: _Skeleton, knobs: dict[str, dict[str,
     """RFC 7938: superspines share one ASN, each pod's spines one, every leaf its own."""
     asns: dict[str, int] = {}
     leaves = sk.of(Kind.LEAF)
+    leaf_base = topo.asn.leaf_base
+    if "leaf_base" not in topo.asn.model_fields_set and leaf_base + len(leaves) - 1 > LAST_PRIVATE_16:
+        leaf_base = FIRST_PRIVATE_32  # RFC 6996: past 16-bit private space, the 4-byte one
     for n in sk.nodes:
         if n.kind is Kind.SUPERSPINE:
             asns[n.name] = topo.asn.superspine
         elif n.kind is Kind.SPINE:
             asns[n.name] = topo.asn.spine + ((n.pod or 1) - 1)
         elif n.kind is Kind.LEAF:
-            asns[n.name] = topo.asn.leaf_base + leaves.index(n)
+            asns[n.name] = leaf_base + leaves.index(n)
         if n.kind is not Kind.HOST:
             asns[n.name] = n.asn or knobs[n.name]["asn"] or topo.asn.overrides.get(n.name) \
                 or asns[n.name]

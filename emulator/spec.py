@@ -333,8 +333,9 @@ class Dcqcn(Strict):
 
 class Congestion(Strict):
     enabled: bool = Field(False, description="Shape every port and run ECN, PFC and DCQCN.")
-    dilation: Annotated[float, Field(gt=0, strict=False)] | Literal["auto"] = Field(
-        "auto", description="Time dilation D: links run at speed/D, protocol timers x D.")
+    dilation: Annotated[float, Field(ge=1, strict=False)] | Literal["auto"] = Field(
+        "auto", description="Time dilation D (at least 1: a lab never runs faster than the "
+        "fabric it emulates): links run at speed/D, protocol timers x D.")
     max_link_rate: str = Field("100M", description="With dilation auto: pick D so speed/D <= this.")
     buffer: str = Field("4MB", description="Per-port buffer of each lossy class (bfifo limit).")
     roce_dscp: Annotated[int, Field(ge=0, le=63)] = Field(26, description="DSCP of RoCE data.")

@@ -2,7 +2,7 @@
 
     size      64MiB, 150KB, 4096         -> bytes (int)
     speed     400G, 100M, 25000Mbit      -> bits per second (int)
-    duration  300us, 1.5ms, 2s, 1m, 0.5  -> seconds (float; a bare number is seconds)
+    duration  300us, 1.5ms, 2s, 1m, 1h, 0.5 -> seconds (float; a bare number is seconds)
 
 Every parser raises `UnitError` naming the field and what is allowed. It is
 both a `RocelabError` (the CLI prints it as one line) and a `ValueError`
@@ -11,7 +11,9 @@ both a `RocelabError` (the CLI prints it as one line) and a `ValueError`
 
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 from .errors import RocelabError
 
@@ -22,6 +24,7 @@ class UnitError(RocelabError, ValueError):
 
 MAX_SIZE = 2**50  # 1 PiB: far beyond any buffer or transfer, and a finite int
 MAX_SPEED = 10**14  # 100 Tbit/s
+MAX_DURATION_S = 7 * 86400  # a week: far beyond any run or timer, and a finite sleep
 
 
 def _short(text: object, limit: int = 24) -> str:
@@ -40,18 +43,21 @@ SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE
 def parse_size(text: str | int, field: str | None = "--size") -> int:
     """'64MiB' -> 67108864, '150KB' -> 150000, '4096' -> 4096."""
     if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    m = SIZE_RE.match(str(text))
-    if not m:
-        raise _fail(field, f"{text!r} is not a size like 64MiB, 150KB or 4096")
-    number, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
-    scaled = number * (1024 if binary else 1000) ** " KMGT".index(unit or " ")
-    if not scaled < MAX_SIZE:  # also inf: hundreds of digits
+        scaled = Fraction(text)
+    else:
+        m = SIZE_RE.match(str(text))
+        if not m:
+            raise _fail(field, f"{text!r} is not a size like 64MiB, 150KB or 4096")
+        unit, binary = m.group(2).upper(), m.group(3)  # exact: 1.1K is 1100, not 1100.0000001
+        scaled = Fraction(m.group(1)) * (1024 if binary else 1000) ** " KMGT".index(unit or " ")
+    if not scaled < MAX_SIZE:
         raise _fail(field, f"must be below 1 PiB (got {_short(text)})")
-    size = int(scaled)
-    if size <= 0:
+    if scaled <= 0:
         raise _fail(field, f"must be positive (got {text!r})")
-    return size
+    if scaled.denominator != 1:  # 1.5 would move 1 byte, 0.3KiB 307: say so, never round
+        raise _fail(field, f"must be a whole number of bytes (got {_short(text)}: "
+                           f"{float(scaled):g} bytes)")
+    return int(scaled)
 
 
 SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])(?:bit|bps|b)?\s*$", re.IGNORECASE)
@@ -94,8 +100,9 @@ def speed_or_zero(text: str) -> int:
         return 0
 
 
-DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e-?\d+)?)\s*(ns|us|µs|ms|s|m)?\s*$", re.IGNORECASE)
-DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}
+DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e-?\d+)?)\s*(ns|us|µs|ms|s|m|h)?\s*$", re.IGNORECASE)
+DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+                  None: 1.0}
 
 
 def parse_duration(value: str | float | int, field: str | None = "duration",
@@ -109,6 +116,8 @@ def parse_duration(value: str | float | int, field: str | None = "duration",
         if not m:
             raise _fail(field, f"{value!r} is not a duration like 300us, 500ms, 2s or 1m")
         seconds = float(m.group(1)) * DURATION_UNITS[m.group(2) and m.group(2).lower()]
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:  # 1e400 is inf, .nan passes <
+        raise _fail(field, f"must be a finite duration of at most 7 days ({MAX_DURATION_S} s)")
     if seconds < 0 or (positive and seconds == 0):
         raise _fail(field, f"must be {'positive' if positive else 'zero or more'} (got {value!r})")
     return seconds

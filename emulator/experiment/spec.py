@@ -63,6 +63,12 @@ class Flow(Strict):
             parse_size(self.size, "size")
         return self
 
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: str | float) -> str | float:
+        parse_duration(v, None)  # its own error, before `flows` compares it with `duration`
+        return v
+
     @field_validator("ack_timeout")
     @classmethod
     def _ack_timeout(cls, v: str | float | None) -> str | float | None:

@@ -26,7 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import RocelabError
-from ..units import UnitError, parse_duration, parse_size, speed_or_zero
+from ..units import MAX_SPEED, UnitError, parse_duration, parse_size, speed_or_zero
+
+MAX_PERIOD_S = 1.0  # DCQCN's timers are microseconds to milliseconds at real speed
 
 
 @dataclass(frozen=True)
@@ -63,18 +65,22 @@ def _flag(v: object) -> bool:
 
 
 def _rate(v: object) -> float:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-        return float(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < MAX_SPEED:
+        return float(v)  # not inf, not 1e308: the rate is divided and multiplied later
     if isinstance(v, str) and (bps := speed_or_zero(v)):
         return float(bps)
-    raise ValueError(f"{v!r} is not a positive rate like 5M or 40M (bit/s at the real link speed)")
+    raise ValueError(f"{v!r} is not a positive rate below 100T like 5M or 40M (bit/s at the real "
+                     "link speed)")
 
 
 def _time(v: object) -> float:
     try:
-        return parse_duration(v, None, positive=True)  # type: ignore[arg-type]
+        seconds = parse_duration(v, None, positive=True)  # type: ignore[arg-type]
     except UnitError:
-        raise ValueError(f"{v!r} is not a positive time like 4us, 300us or 1.5ms") from None
+        seconds = 0.0
+    if not 0 < seconds <= MAX_PERIOD_S:  # a period of microseconds; x D stays a finite wait
+        raise ValueError(f"{v!r} is not a positive time of at most 1s like 4us, 300us or 1.5ms")
+    return seconds
 
 
 def _bytes(v: object) -> int:

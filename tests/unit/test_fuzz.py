@@ -20,6 +20,7 @@ from emulator.errors import RocelabError
 from emulator.experiment import runner
 from emulator.experiment.spec import Experiment
 from emulator.lab import load_topology
+from emulator.roce.dcqcn import OVERRIDES
 from emulator.spec import validate
 
 EXAMPLES = int(os.environ.get("ROCELAB_FUZZ_EXAMPLES", "150"))
@@ -44,6 +45,40 @@ EXP_KEYS = ["name", "topology", "fabrics", "duration", "flows", "actions", "expe
             "dst", "size", "kv", "model", "tokens", "dtype", "at", "qps", "via", "repeat",
             "fault", "fail", "heal", "node", "a", "b", "stp", "broadcast", "churn", "host",
             "frames", "pps", "ack_timeout", "rate", "phases", "junk"]
+
+
+# Numbers at the edges of a float and quantities that only look whole (issue 24: dilation
+# 1.0e-300 overflowed while planning, --size 1.5 moved 1 byte, .nan passed every bound).
+EXTREMES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e-300, 5e-324, 1e308, -1e308, 1e-12, 0.5, 0, 1, 2**64, "1e400", "1e-300",
+                     "1e308", "1.5", "0.3KiB", "1e308G", "9" * 30 + "G", "0.5M", "1K", ".nan",
+                     "169h", "1e9s", "100T", "4GiB", "1.5us"]))
+
+
+def _some(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+def shaped_topologies() -> st.SearchStrategy[dict[str, Any]]:
+    """A congestion lab whose every number may be extreme: the arithmetic of the plan."""
+    overrides = st.dictionaries(st.sampled_from(sorted(OVERRIDES)), EXTREMES, max_size=4)
+    congestion = _some(dilation=EXTREMES, max_link_rate=EXTREMES, buffer=EXTREMES,
+                       ecn=_some(kmin=EXTREMES, kmax=EXTREMES, pmax=EXTREMES),
+                       pfc=_some(xoff=EXTREMES, xon=EXTREMES, buffer=EXTREMES),
+                       dcqcn=_some(overrides=overrides))
+    return st.builds(lambda c, links: {"name": "fz", "links": links,
+                                       "congestion": {"enabled": True, **c}},
+                     congestion, _some(speed=EXTREMES, mtu=EXTREMES))
+
+
+def extreme_experiments() -> st.SearchStrategy[dict[str, Any]]:
+    flow = st.builds(lambda f: {"name": "f", "src": "prefill1", "dst": "decode1", "size": "1MiB",
+                                **f},
+                     _some(at=EXTREMES, size=EXTREMES, rate=EXTREMES, ack_timeout=EXTREMES))
+    return st.builds(lambda top, flows: {"name": "fz", "topology": "t.yaml", "flows": flows, **top},
+                     _some(duration=EXTREMES, sample_every=EXTREMES, steady_after=EXTREMES),
+                     st.lists(flow, min_size=1, max_size=2))
 
 
 def documents(keys: list[str]) -> st.SearchStrategy[Any]:
@@ -101,5 +136,22 @@ def test_any_experiment_is_checked_or_fails_in_one_line(doc):
     def check() -> None:
         exp = validate(Experiment, {"name": "fz", "topology": "t.yaml"} | doc, "e.yaml")
         runner.check(exp, plan)
+
+    _one_line_or_plan(check)
+
+
+@FUZZ
+@given(shaped_topologies())
+def test_extreme_numbers_in_a_shaped_topology_plan_or_fail_in_one_line(doc):
+    _one_line_or_plan(lambda: load_topology(doc))
+
+
+@FUZZ
+@given(extreme_experiments())
+def test_extreme_numbers_in_an_experiment_are_checked_or_fail_in_one_line(doc):
+    plan = load_topology("topologies/clos-2x4-cc.yaml")[1]
+
+    def check() -> None:
+        runner.check(validate(Experiment, doc, "e.yaml"), plan)
 
     _one_line_or_plan(check)

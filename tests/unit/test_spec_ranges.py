@@ -48,3 +48,73 @@ def test_the_schema_carries_the_reserved_ranges():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, schema)
     jsonschema.validate({"name": "lab", "asn": {"overrides": {"leaf1": 64512}}}, schema)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+def one_line_error(fn) -> str:
+    with pytest.raises(SpecError) as err:  # never OverflowError, ValueError or a traceback
+        fn()
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("dilation, problem", [
+    (1.0e-300, "greater than or equal to 1"), (0.5, "greater than or equal to 1"),
+    (NAN, "greater than or equal to 1"), (0, "greater than or equal to 1"),
+    (1e308, "would shape links at"), (INF, "would shape links at"),
+])
+def test_dilation_is_a_bounded_number(dilation, problem):
+    # issue 24: dilation 1.0e-300 raised OverflowError (a traceback) while planning
+    doc = {"name": "lab", "congestion": {"enabled": True, "dilation": dilation}}
+    assert problem in one_line_error(lambda: plan_of(doc))
+    assert "congestion.dilation" in one_line_error(lambda: plan_of(doc))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("rate_ai", INF), ("rate_ai", 1e308), ("min_rate", NAN), ("increase_timer", 1e308),
+    ("increase_timer", "1e400"), ("cnp_interval", INF), ("alpha_period", "2s"), ("g", NAN),
+    ("byte_counter", "1.5"),
+])
+def test_dcqcn_overrides_are_finite_and_sane(key, value):
+    doc = {"name": "lab", "congestion": {"enabled": True, "dcqcn": {"overrides": {key: value}}}}
+    assert f"congestion.dcqcn.overrides.{key}: " in one_line_error(lambda: plan_of(doc))
+
+
+def test_the_extremes_that_are_still_fine_plan():
+    plan_of({"name": "lab", "congestion": {"enabled": True, "dilation": 1, "dcqcn": {
+        "overrides": {"increase_timer": "1s", "rate_ai": 99e12, "g": 1}}}})
+
+
+@pytest.mark.parametrize("field, value", [
+    ("duration", NAN), ("duration", INF), ("duration", "1e400"), ("duration", 1e308),
+    ("sample_every", NAN), ("steady_after", "1e9"), ("flows.0.at", NAN), ("flows.0.at", INF),
+    ("flows.0.ack_timeout", 1e308), ("flows.0.size", "1.5"),
+])
+def test_experiment_quantities_are_finite(field, value):
+    from emulator.experiment.spec import Experiment
+    from emulator.spec import validate
+
+    doc: dict = {"name": "e", "topology": "t.yaml",
+                 "flows": [{"name": "f", "src": "prefill1", "dst": "decode1", "size": "1MiB"}]}
+    if field.startswith("flows.0."):
+        doc["flows"][0][field.split(".")[-1]] = value
+    else:
+        doc[field] = value
+    where = "flows.0" if field == "flows.0.size" else field  # size: checked with kv
+    assert one_line_error(lambda: validate(Experiment, doc, "e.yaml")).startswith(
+        f"e.yaml: {where}: ")
+
+
+def test_a_fabric_past_16_bit_private_space_numbers_its_leaves_4_byte_private():
+    # 8 pods x 64 leaves from 65101 would reach 65535 (reserved) at leaf435
+    p = plan_of({"name": "lab", "pods": 8, "leaves": 64, "spines": 2, "superspines": 2,
+                 "hosts": {"per_leaf": 0}, "pools": {"loopbacks": "10.0.0.0/22", "hosts": "10.16.0.0/12"}})
+    leaves = [n for n in p.nodes if n.kind.value == "leaf"]
+    assert [leaves[0].asn, leaves[-1].asn] == [4200000000, 4200000000 + 511]
+    assert plan_of({"name": "lab", "leaves": 64}).node("leaf64").asn == 65164  # as before
+    with pytest.raises(SpecError, match="asn.leaf_base: leaf435 would get ASN 65535"):
+        plan_of({"name": "lab", "pods": 8, "leaves": 64, "spines": 2, "superspines": 2,
+                 "hosts": {"per_leaf": 0}, "pools": {"loopbacks": "10.0.0.0/22", "hosts": "10.16.0.0/12"},
+                 "asn": {"leaf_base": 65101}})  # given: the user's numbers, checked

@@ -60,3 +60,29 @@ def test_huge_quantities_are_one_line_errors_not_overflows(parse, text):
     with pytest.raises(UnitError) as e:
         parse(text)
     assert "below" in str(e.value) and len(str(e.value)) < 100
+
+
+@pytest.mark.parametrize("text, bytes_", [("1.5K", 1500), ("1.5KiB", 1536), ("1.1K", 1100),
+                                          ("1.001G", 1_001_000_000), ("1.0", 1), (4096, 4096)])
+def test_fractional_sizes_that_are_whole_bytes_are_exact(text, bytes_):
+    assert parse_size(text) == bytes_
+
+
+@pytest.mark.parametrize("text", ["1.5", "0.5", "0.3KiB", "1.0001K", "0.0001"])
+def test_a_size_that_is_not_a_whole_number_of_bytes_is_refused(text):
+    # issue 24: `transfer --size 1.5` moved 1 byte
+    with pytest.raises(UnitError, match=r"^--size: must be a whole number of bytes"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "1e400", 1e308, "1e9", 604801,
+                                   "169h"])
+def test_durations_are_finite_and_at_most_a_week(value):
+    # .nan passed every comparison, 1e400 parsed as inf: sleeps and deadlines overflowed
+    with pytest.raises(UnitError, match=r"^d: must be a finite duration of at most 7 days"):
+        parse_duration(value, "d")
+
+
+def test_a_week_in_hours_is_a_duration():
+    assert parse_duration("168h") == parse_duration(604800) == 7 * 86400
+    assert parse_duration("1.5h") == 5400
