@@ -183,6 +183,7 @@ class Lab:
                   rate_bps=self.plan.dilation.wall_bps(bps) if bps else 0.0)
         s = workload.host(self.plan, src, option="src", rxe_ok=True)
         d = workload.host(self.plan, dst, option="dst", rxe_ok=True)
+        workload.check_duration(self.plan, job, s, bound="timeout_s")
         return workload.run_transfer(self.plan, s, d, job, None)
 
     def __repr__(self) -> str:

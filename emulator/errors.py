@@ -105,3 +105,10 @@ class IntegrityError(EngineError):
     """A transfer completed, but the two ends' digests of the payload differ."""
 
     exit_code = ExitCode.INTEGRITY_FAILED
+
+
+class TooLongError(RocelabError):
+    """A transfer that cannot finish within its time bound (`--max-duration`): refused
+    before it starts, like any other bad option."""
+
+    exit_code = ExitCode.USAGE

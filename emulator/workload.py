@@ -18,7 +18,7 @@ from typing import Any
 
 from .engine import client
 from .engine.job import Job, TransferResult
-from .errors import NodeNotFoundError, RocelabError
+from .errors import NodeNotFoundError, RocelabError, TooLongError
 from .experiment.analysis import percentile
 from .plan import Kind, Node, Plan
 from .rxe import transfer as rxe_transfer
@@ -72,9 +72,43 @@ def parse_pairs(plan: Plan, text: str | None) -> list[tuple[Node, Node]]:
     return pairs
 
 
+def fastest_wall_bps(plan: Plan, job: Job, src: Node) -> float | None:
+    """The fastest `job` could move from `src` (wall bit/s): its rate limit, and on a shaped
+    lab every NIC of `src` at its shaped line rate. None: nothing bounds it (an unshaped
+    lab runs as fast as the CPU)."""
+    rates = [job.rate_bps] if job.rate_bps else []
+    if plan.congestion:
+        rates.append(sum(plan.congestion.rate_of(i.speed_bps) for i in src.interfaces))
+    return min(rates) if rates else None
+
+
+def check_duration(plan: Plan, job: Job, src: Node, bound: str = "--max-duration") -> None:
+    """TooLongError if `job` cannot finish within its timeout (`bound`: what sets it), before
+    anything moves: `--rate 1K` would otherwise run for days, or fail at the timeout."""
+    bps = fastest_wall_bps(plan, job, src)
+    least_s = job.payload_bytes * 8 / bps if bps else 0.0
+    if least_s <= job.timeout_s:
+        return
+    dilated = f" under dilation {plan.dilation:g}" if plan.congestion else ""
+    raise TooLongError(f"{job.payload_bytes} bytes from {src.name} at {bps:.4g} bit/s (wall"
+                       f"{dilated}) take at least {human_s(least_s)}, more than {bound} "
+                       f"{human_s(job.timeout_s)}: raise {bound} or the rate, or move fewer "
+                       "bytes")
+
+
+def human_s(seconds: float) -> str:
+    """600 -> '10 min', 536871 -> '6.2 days'."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
 def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
                  progress: Progress | None = None) -> TransferResult:
-    """One transfer; an rxe end runs kvpeer in its guest (emulator/rxe/transfer.py)."""
+    """One transfer; an rxe end runs kvpeer in its guest (emulator/rxe/transfer.py).
+    TooLongError before it starts if it could not finish within job.timeout_s."""
+    check_duration(plan, job, src)
     if HostKind.RXE not in (src.host_kind, dst.host_kind):  # (rxe_transfer starts its own)
         client.ensure_engines(plan, [src, dst])
     return _move(plan, src, dst, job, progress)
@@ -93,6 +127,8 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
     """`requests` KV handoffs round-robin over `pairs`, `concurrency` at a time."""
     if requests < 1 or concurrency < 1:
         raise RocelabError("--requests and --concurrency must be at least 1")
+    for src, _ in pairs:  # each handoff has the whole timeout: none may be bound to exceed it
+        check_duration(plan, job, src)
     hosts = sorted({h for p in pairs for h in p}, key=lambda n: n.name)
     client.ensure_engines(plan, [h for h in hosts if h.host_kind is not HostKind.RXE])
     # an rxe guest runs one transfer at a time: one kvpeer owns its 18515, and its

@@ -12,8 +12,8 @@ from ..engine.job import Job, Op
 from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
 from ..errors import IntegrityError
 from ..report import record
-from ..units import Dilation
-from .options import engine_options
+from ..units import Dilation, parse_duration
+from .options import engine_options, max_duration_option
 from .progress import byte_progress
 
 
@@ -31,11 +31,12 @@ from .progress import byte_progress
               help="Handoffs to run (default: one per pair).")
 @click.option("--concurrency", default=None, type=click.IntRange(min=1, max=1024),
               help="Handoffs at once (default: one per pair).")
+@max_duration_option
 @click.option("--json", "as_json", is_flag=True, help="Print every request and the aggregate as JSON.")
 @engine_options
 def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,
-            pairs: str | None, requests: int | None, concurrency: int | None, op: str, qps: int,
-            mtu: int, as_json: bool, out: str | None) -> None:
+            pairs: str | None, requests: int | None, concurrency: int | None, max_duration: str,
+            op: str, qps: int, mtu: int, as_json: bool, out: str | None) -> None:
     """KV-cache handoffs from prefill to decode hosts, sized from a model.
 
     Example: rocelab kv clos-2x4 --model llama3-70b --tokens 512 --requests 8 --concurrency 4
@@ -47,6 +48,7 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
     concurrency = len(pair_list) if concurrency is None else concurrency
     kv = {"model": model_name, "tokens": tokens, "dtype": dtype, "tokens_per_block": tokens_per_block}
     job = Job(Op(op), kv=kv, qps=qps, mtu=mtu,
+              timeout_s=parse_duration(max_duration, "--max-duration"),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     layout = KvLayout(model(model_name), tokens, dtype, tokens_per_block)
     rec = record.Recorder(plan)

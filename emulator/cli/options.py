@@ -67,3 +67,18 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )):
         f = option(f)
     return f
+
+
+DEFAULT_MAX_DURATION = "10m"  # the engine's own transfer timeout until now: one bound, two uses
+
+
+def max_duration_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--max-duration: the longest (wall) a transfer or one handoff may take. One that
+    cannot finish within it (its bytes at --rate, or at a shaped lab's line rate) is
+    refused before it starts (exit 64); one still running then fails (exit 8)."""
+    return click.option(
+        "--max-duration", default=DEFAULT_MAX_DURATION, show_default=True,
+        type=Quantity("duration", lambda v, f: parse_duration(v, f, positive=True)),
+        help="Longest a transfer (kv: each handoff) may take, wall time (e.g. 10m, 1h, at "
+             "most 7 days): refused up front if its size at --rate or at the lab's shaped "
+             "line rate cannot finish in it, failed if still running then.")(f)

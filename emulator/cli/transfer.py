@@ -13,8 +13,8 @@ from ..engine.job import Job, Op
 from ..errors import IntegrityError
 from ..plan import Plan
 from ..report import record
-from ..units import Dilation, parse_size, parse_speed
-from .options import SIZE, SPEED, engine_options
+from ..units import Dilation, parse_duration, parse_size, parse_speed
+from .options import SIZE, SPEED, engine_options, max_duration_option
 from .progress import byte_progress
 
 
@@ -25,20 +25,23 @@ from .progress import byte_progress
 @click.option("--size", required=True, type=SIZE, help="Bytes: 64MiB, 1GiB, 500MB, 4096.")
 @click.option("--rate", type=SPEED, help="Rate limit of the transfer, real-equivalent (e.g. 100G): its QPs' "
               "NIC rate limiters, split evenly. Default: none.")
+@max_duration_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @engine_options
-def command(name: str, src: str, dst: str, size: str, rate: str | None, op: str, qps: int,
-            mtu: int, as_json: bool, out: str | None) -> None:
+def command(name: str, src: str, dst: str, size: str, rate: str | None, max_duration: str,
+            op: str, qps: int, mtu: int, as_json: bool, out: str | None) -> None:
     """Move bytes from SRC to DST over RoCEv2 and verify them end to end.
 
-    Exits 8 if the transfer failed (a QP over its retry limit, ...), 9 if it
-    completed but the two ends' digests of the data differ.
+    Exits 8 if the transfer failed (a QP over its retry limit, not done within
+    --max-duration, ...), 9 if it completed but the two ends' digests of the data
+    differ, 64 if it could not finish within --max-duration at all.
 
     Example: rocelab transfer clos-2x4 --src prefill1 --dst decode1 --size 64MiB --qps 4
     """
     lab.require_root()
     plan = state.lab_plan(name)
     job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu, rate_bps=wall_rate(plan, rate),
+              timeout_s=parse_duration(max_duration, "--max-duration"),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     s = workload.host(plan, src, rxe_ok=True)
     d = workload.host(plan, dst, option="--dst", rxe_ok=True)

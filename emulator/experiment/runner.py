@@ -283,8 +283,10 @@ def check(exp: Experiment, plan: Plan) -> None:
         workload.host(plan, f.dst, option=f"flows.{f.name}.dst")
         if f.via is not None and f.via not in spines:
             raise RocelabError(f"flows.{f.name}.via: no spine {f.via!r}; spines: {', '.join(spines)}")
-        try:
-            _job(f, 60.0, plan.dilation)  # the job the flow will run: its own limits, now
+        try:  # the job the flow will run: its own limits, and done before the run ends
+            left = parse_duration(exp.duration) - parse_duration(f.at)
+            workload.check_duration(plan, _job(f, left, plan.dilation), plan.node(f.src),
+                                    bound="the experiment's duration after its start")
         except RocelabError as e:
             raise RocelabError(f"flows.{f.name}: {str(e).lstrip('-')}") from None
     switches = {n.name for n in plan.routers}

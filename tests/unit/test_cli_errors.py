@@ -136,6 +136,16 @@ CASES = [
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 0", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --qps 0", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --mtu 9000", USAGE),
+    # issue 24: 1.5 moved 1 byte; --rate 1K ran for hours
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1.5", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 0.3KiB", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --max-duration 0", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --max-duration 1e400", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --max-duration 200h", USAGE),
+    lab(f"transfer {FAKE} --src prefill1 --dst decode1 --size 64MiB --rate 1K", USAGE),
+    lab(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --rate 1K --max-duration 1h",
+        USAGE),
+    cli(f"kv {FAKE} --max-duration -1s", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size {'9' * 400}KiB", USAGE),
     # kv
     lab(f"kv {NOLAB}", NOT_FOUND),
