@@ -267,8 +267,10 @@ def _unwind(undo: contextlib.ExitStack) -> None:
     while True:
         try:
             with signals_held():
-                netns.join_workers()  # a worker a signal orphaned registers its undo first
-                undo.close()
+                try:
+                    netns.join_workers()  # a worker a signal orphaned registers its undo first
+                finally:
+                    undo.close()
             return
         except KeyboardInterrupt:
             continue

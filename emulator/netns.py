@@ -175,6 +175,7 @@ def exec_in(name: str, argv: list[str], env: dict[str, str],
 
 
 WORKER_PREFIX = "rocelab-parallel"
+WORKER_START_S = 5.0  # a thread begins within microseconds of Thread.start(), or never
 
 
 def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
@@ -189,6 +190,10 @@ def join_workers() -> None:
     the pool does not wait for it: it may still be creating a namespace (or starting a
     daemon) whose undo a rollback must not miss. Workers end once the queue is drained."""
     me = threading.current_thread()
-    for t in threading.enumerate():
-        if t is not me and t.name.startswith(WORKER_PREFIX):
-            t.join()
+    for t in threading.enumerate():  # started ones, and those still inside Thread.start()
+        if t is me or not t.name.startswith(WORKER_PREFIX):
+            continue
+        started = getattr(t, "_started", None)  # set by the new thread as it begins
+        if started is not None and not started.wait(WORKER_START_S):
+            continue  # the signal came before the thread did: it never runs anything
+        t.join()
