@@ -91,7 +91,8 @@ def byte_progress(title: str, total: int, quiet: bool = False) -> Iterator[Calla
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    """SIGINT/SIGTERM: raise KeyboardInterrupt, unless one is already being handled.
+    """SIGINT/SIGTERM: raise KeyboardInterrupt, unless one (or the command's exit) is
+    already being handled.
 
     The first signal unwinds the command (transactions roll back, labs come down); a
     second one landing while that runs (in an `except` or `finally` on the way, before
@@ -99,8 +100,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     short: it is ignored there. Outside such a handler it interrupts again, so a first
     KeyboardInterrupt lost where Python swallows exceptions (a `__del__`) never leaves the
     command deaf to signals."""
-    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
-        return
+    if isinstance(sys.exc_info()[1], (KeyboardInterrupt, SystemExit)):
+        return  # 130 (or the command's own code) is on its way: a traceback would replace it
     raise KeyboardInterrupt
 
 

@@ -43,6 +43,14 @@ def test_no_signal_interrupts_the_unwinding_of_an_interruption(own_handlers):
         raise AssertionError("the first SIGTERM did not interrupt")
 
 
+def test_a_signal_while_the_command_exits_does_not_replace_its_exit_code(own_handlers):
+    prog.interrupt_on_sigterm()
+    try:
+        raise SystemExit(130)  # what the CLI does once the rollback is over
+    except SystemExit:
+        assert not _interrupted(signal.SIGTERM) and not _interrupted(signal.SIGINT)
+
+
 def test_a_swallowed_interruption_leaves_the_command_interruptible(own_handlers):
     # A KeyboardInterrupt raised inside a __del__ is printed and dropped by Python: the
     # next signal must interrupt again, or the command would go on deaf to SIGTERM.
