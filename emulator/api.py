@@ -29,6 +29,7 @@ from . import converge, faults, frr, lab, state, status, workload
 from .engine.job import TransferResult
 from .errors import LabNotFoundError, RocelabError
 from .faults import FaultEvent, HealEvent
+from .names import check_lab
 from .paths import ENV_TAG
 from .plan import Kind, Node, Plan
 from .spec import Topology
@@ -43,7 +44,7 @@ class Lab:
     """A running lab: its name, its plan (`lab.plan`) and what can be done to it."""
 
     def __init__(self, name: str):
-        self.name = name
+        self.name = check_lab(name, "name")  # before any path or namespace is built from it
         self.plan: Plan = state.lab_plan(name)
         self.topology: Topology = state.lab_topology(name)
 
@@ -58,6 +59,8 @@ class Lab:
         """Bring a lab up (converged) for the `with` block; down afterwards unless `keep`.
         `templates`: a directory of FRR templates before rocelab's (`up --templates`);
         `metrics`: ADDRESS:PORT to serve its Prometheus /metrics on (`up --metrics`)."""
+        if name is not None:
+            check_lab(name, "name")
         result = lab.up(topology, name=name, timeout_s=timeout_s,
                         progress=progress or (lambda _: None), templates=templates,
                         metrics=metrics)
@@ -69,7 +72,8 @@ class Lab:
 
     @classmethod
     def attach(cls, name: str) -> Lab:
-        """A lab that is already running (brought up by `rocelab up` or another process)."""
+        """A lab that is already running (brought up by `rocelab up` or another process).
+        BadNameError if `name` is not a lab name (names.py): "" is not "the only lab"."""
         return cls(name)
 
     def down(self) -> lab.DownResult:

@@ -105,3 +105,10 @@ class IntegrityError(EngineError):
     """A transfer completed, but the two ends' digests of the payload differ."""
 
     exit_code = ExitCode.INTEGRITY_FAILED
+
+
+class BadNameError(RocelabError):
+    """A lab or node name that breaks the topology's name rules (names.py): nothing is
+    looked up or touched with it. On the command line it is a bad argument (64)."""
+
+    exit_code = ExitCode.USAGE

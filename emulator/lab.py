@@ -33,7 +33,8 @@ from typing import Any
 from . import converge, estimate, expectations, frr, neighbours, netns, state
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, RocelabError, SpecError
-from .paths import lab_run_dir
+from .names import check_lab
+from .paths import lab_run_dir, own_run_dir
 from .plan import Plan, compile_plan
 from .realize import realize
 from .render import Rendered, render
@@ -74,7 +75,7 @@ def load_topology(source: str | Path | Mapping[str, Any], name: str | None = Non
     where = str(source) if from_file else "<dict>"
     topo = load(source) if from_file else parse(dict(source), where)  # type: ignore[arg-type]
     if name is not None:
-        topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name}")
+        topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name!r}")
     try:
         plan = compile_plan(topo, where)
         expectations.check(topo, plan, where)  # the `validate:` block names real nodes
@@ -314,8 +315,11 @@ class DownResult:
 
 
 def down(lab: str) -> DownResult:
-    """Remove a lab: its tagged processes, then its namespaces, then its run dir."""
+    """Remove a lab: its tagged processes, then its namespaces, then its run dir.
+    `lab` must be a lab name (names.py): nothing is looked up or removed with any other."""
+    check_lab(lab)
     require_root()
+    run_dir = own_run_dir(lab)  # first: a symlinked run dir is refused before anything is read
     record = state.read(lab) or {}
     exporter = stop_exporter(lab)  # first: it reads every namespace about to go
     pids = kill_tagged(lab) + ([exporter] if exporter else [])
@@ -323,11 +327,10 @@ def down(lab: str) -> DownResult:
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
     names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}
     netns.parallel(netns.remove, sorted(names))
-    run_dir = lab_run_dir(lab)
-    had_dir = run_dir.exists()
-    shutil.rmtree(run_dir, ignore_errors=True)
+    if run_dir is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)
     neighbours.restore_if_idle()  # the last lab: a raised neighbour limit goes back
-    return DownResult(lab, len(pids), len(names), had_dir)
+    return DownResult(lab, len(pids), len(names), run_dir is not None)
 
 
 def down_all() -> list[DownResult]:

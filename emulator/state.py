@@ -23,7 +23,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from . import netns
+from . import names, netns
 from .errors import LabNotFoundError, RealizeError, RocelabError
 from .paths import ENV_TAG, NS_TAG_PREFIX, RUN_ROOT, state_file
 from .plan import Plan, compile_plan
@@ -115,8 +115,11 @@ def run_dir_labs() -> set[str]:
 
 
 def known_labs() -> set[str]:
-    """Every lab with any trace on this machine: namespaces, processes or run dir."""
-    return set(tagged_namespaces().values()) | set(tagged_processes().values()) | run_dir_labs()
+    """Every lab with any trace on this machine: namespaces, processes or run dir. Only lab
+    names: a tag or a directory that is not one (any process may set ROCELAB_LAB=..) is not
+    a lab rocelab made, and nothing is done with it."""
+    found = set(tagged_namespaces().values()) | set(tagged_processes().values()) | run_dir_labs()
+    return {lab for lab in found if names.is_lab_name(lab)}
 
 
 def base_env(lab: str) -> dict[str, str]:
@@ -174,9 +177,10 @@ def lab_plan(lab: str) -> Plan:
 
 
 def resolve_lab(lab: str | None) -> str:
-    """The lab a command means: the one given, or the only one running."""
-    if lab:
-        return lab
+    """The lab a command means: the one given (a lab name; "" is not "none given"), or the
+    only one running."""
+    if lab is not None:
+        return names.check_lab(lab)
     labs = sorted(known_labs())
     if len(labs) == 1:
         return labs[0]

@@ -22,6 +22,7 @@ from ..errors import ExitCode, RocelabError
 
 def _fail(code: int, kind: str, message: str) -> None:
     """Report an error the way every command does, then exit with `code`."""
+    message = message.strip().replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever it quotes
     click.echo(f"rocelab: error: {message}", err=True)
     if "--json" in _own_args():
         click.echo(json.dumps({"error": {"code": int(code), "type": kind, "message": message}}))

@@ -11,13 +11,14 @@ from .. import lab, state
 from ..errors import RocelabError
 from ..tools import capture
 from ..units import parse_duration
+from .names import LAB, NODE
 from .options import DURATION
 from .progress import err_console
 
 
 @click.command("capture")
-@click.argument("name")
-@click.argument("node")
+@click.argument("name", type=LAB)
+@click.argument("node", type=NODE)
 @click.argument("port")
 @click.option("-w", "--write", "out", metavar="FILE|-",
               help="Where the pcap goes; '-' is stdout (pipe it to `wireshark -k -i -`). "

@@ -11,20 +11,21 @@ from .. import lab, state
 from ..diagnose import Finding, Severity, diagnose, evidence, worst
 from ..errors import ExitCode, RocelabError, SpecError
 from ..units import parse_duration
+from .names import LAB, NODE
 from .progress import progress
 
 SEVERITY_STYLE = {Severity.CRITICAL: "CRITICAL", Severity.WARNING: "WARNING ", Severity.INFO: "info    "}
 
 
 @click.command("diagnose")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=LAB)
 @click.option("--window", default="30s", show_default=True, metavar="DURATION",
               help="How long to sample a live lab's counters (e.g. 10s, 1m).")
 @click.option("--results", "results_path", type=click.Path(exists=True, dir_okay=False),
               help="Diagnose a finished run's results.json instead of a live lab.")
 @click.option("--flow", help="Only findings on this flow's path (a flow name of the run).")
-@click.option("--src", help="Only findings on the path from this host...")
-@click.option("--dst", help="...to this host.")
+@click.option("--src", type=NODE, help="Only findings on the path from this host...")
+@click.option("--dst", type=NODE, help="...to this host.")
 @click.option("--evidence", "save", type=click.Path(dir_okay=False),
               help="Also write the counters the rules read to FILE (JSON; a test fixture).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"findings": [...]} as JSON.')

@@ -6,10 +6,11 @@ from dataclasses import asdict
 import click
 
 from .. import lab
+from .names import LAB
 
 
 @click.command("down")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=LAB)
 @click.option("--all", "all_labs", is_flag=True, help="Remove every rocelab lab on this machine.")
 @click.option("--json", "as_json", is_flag=True, help="What was removed, per lab, as JSON.")
 def command(name: str | None, all_labs: bool, as_json: bool) -> None:
@@ -18,7 +19,7 @@ def command(name: str | None, all_labs: bool, as_json: bool) -> None:
     Works from kernel state alone, even after a crash.
     Example: rocelab down clos-2x4
     """
-    if bool(name) == all_labs:
+    if (name is not None) == all_labs:  # "" is a (bad) name, not "none given"
         raise click.UsageError("give a lab name or --all (not both)")
     results = lab.down_all() if all_labs else [lab.down(name)]  # type: ignore[arg-type]
     if as_json:

@@ -10,13 +10,14 @@ from ..paths import ENV_TAG, node_run_dir
 from ..rxe import hosts as rxe_hosts
 from ..spec import HostKind
 from ..tools import lookup
+from .names import LAB, NODE
 
 FRR_SOCKET_DIR = "/var/run/frr"  # where vtysh looks without --vty_socket (FRR's build default)
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": True})
-@click.argument("name")
-@click.argument("node")
+@click.argument("name", type=LAB)
+@click.argument("node", type=NODE)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(name: str, node: str, argv: tuple[str, ...]) -> None:
     """Run a command inside a node's namespace.

@@ -8,6 +8,7 @@ import click
 from .. import faults, lab, state
 from ..plan import Plan
 from ..units import UnitError, parse_duration
+from .names import LAB
 from .progress import progress
 
 USAGE = "link A B | node N | flap A B"
@@ -100,7 +101,7 @@ TIMEOUT = click.FloatRange(min=0)
 
 
 @click.command("fail")
-@click.argument("name")
+@click.argument("name", type=LAB)
 @click.argument("what", nargs=-1, required=True)
 @click.option("--silent", is_flag=True,
               help="Drop every frame on both ends but keep carrier (nftables): only BFD or the "

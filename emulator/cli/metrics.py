@@ -8,6 +8,7 @@ from .. import lab, state
 from ..errors import RocelabError
 from ..metrics.exporter import DEFAULT_LISTEN, Listen, exposition, run
 from ..metrics.scrape import Scraper
+from .names import LAB
 
 
 def parse_listen(ctx: click.Context, param: click.Parameter, value: str) -> Listen:
@@ -19,7 +20,7 @@ def parse_listen(ctx: click.Context, param: click.Parameter, value: str) -> List
 
 
 @click.command("metrics")
-@click.argument("name")
+@click.argument("name", type=LAB)
 @click.option("--listen", "where", default=DEFAULT_LISTEN, show_default=True, callback=parse_listen,
               metavar="ADDRESS:PORT", help="Where to serve /metrics (port 0: a free one).")
 @click.option("--once", is_flag=True, help="Print one scrape's exposition text and exit.")

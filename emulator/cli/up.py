@@ -9,6 +9,7 @@ from ..errors import ExitCode
 from ..plan import Plan
 from ..validate import Check, validate_lab
 from .metrics import parse_listen
+from .names import LAB
 from .progress import err_console, interrupt_on_sigterm, progress
 from .validate import print_checks
 
@@ -20,7 +21,7 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 
 @click.command("up")
 @click.argument("topology", type=click.Path(dir_okay=False))
-@click.option("--name", help="Lab name (default: the file's `name:`).")
+@click.option("--name", type=LAB, help="Lab name (default: the file's `name:`).")
 @click.option("--timeout", default=lab.DEFAULT_TIMEOUT_S, show_default=True,
               type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for convergence before rolling back.")

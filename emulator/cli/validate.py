@@ -9,12 +9,17 @@ from rich.console import Console
 
 from .. import lab, state
 from ..errors import ExitCode
+from ..names import check_lab
 from ..validate import LIVE, Check, junit, validate_file, validate_lab
 from .progress import progress
 
 
 def _looks_like_file(target: str) -> bool:
-    return Path(target).suffix in (".yaml", ".yml") or Path(target).is_file()
+    """A .yaml/.yml path or a file that exists; anything else is checked as a lab name."""
+    try:
+        return Path(target).suffix in (".yaml", ".yml") or Path(target).is_file()
+    except OSError:  # a name too long to be a path: not a file, and not a lab name either
+        return False
 
 
 @click.command("validate")
@@ -38,7 +43,7 @@ def command(target: str | None, checks: str | None, as_json: bool, junit_path: s
         results, suite, failed = validate_file(target), Path(target).stem, ExitCode.BAD_FILE
     else:
         lab.require_root()
-        name = state.resolve_lab(target)
+        name = state.resolve_lab(None if target is None else check_lab(target, "TARGET"))
         wanted = [c.strip() for c in checks.split(",") if c.strip()] if checks else None
         unknown = [c for c in wanted or [] if c not in (*LIVE, "expect")]
         if unknown:
