@@ -21,6 +21,7 @@ from typing import Any
 
 import jinja2
 
+from . import outfile
 from .errors import RocelabError, SpecError
 from .paths import TEMPLATES_DIR, node_run_dir
 from .plan import Homing, Kind, Node, Plan
@@ -347,13 +348,12 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
         f.unlink()
     for d in sorted({f.parent for f in old} - {out}):
         d.rmdir()  # empty: earlier_render refused anything it did not own
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "plan.json"]
-    written[0].write_text(rendered.plan_json)
+    outfile.make_dir(out)
+    written = [outfile.write_text(out / "plan.json", rendered.plan_json)]
     for node, files in rendered.files.items():
         for name, text in files.items():
             target = out / node / name
-            target.parent.mkdir(exist_ok=True)
-            target.write_text(text)
+            outfile.make_dir(target.parent)
+            outfile.write_text(target, text)
             written.append(target)
     return written

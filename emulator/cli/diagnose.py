@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .. import lab, state
+from .. import lab, outfile, state
 from ..diagnose import Finding, Severity, diagnose, evidence, worst
 from ..errors import ExitCode, RocelabError, SpecError
 from ..units import parse_duration
@@ -60,7 +60,7 @@ def command(name: str | None, window: str, results_path: str | None, flow: str |
                                "--src and --dst")
     findings = diagnose(ev, flow=flow, src=src, dst=dst)
     if save:
-        Path(save).write_text(json.dumps(ev.as_json(), indent=1) + "\n")
+        outfile.write_text(save, json.dumps(ev.as_json(), indent=1) + "\n")
     if as_json:
         click.echo(json.dumps(report(ev, findings), indent=2))
     else:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .. import lab, state
+from .. import lab, outfile, state
 from ..errors import ExitCode
 from ..names import check_lab
 from ..validate import LIVE, Check, junit, validate_file, validate_lab
@@ -53,7 +53,7 @@ def command(target: str | None, checks: str | None, as_json: bool, junit_path: s
             results = validate_lab(state.lab_plan(name), state.lab_topology(name), wanted)
         suite, failed = name, ExitCode.VALIDATION_FAILED
     if junit_path:
-        Path(junit_path).write_text(junit(results, suite))
+        outfile.write_text(junit_path, junit(results, suite))
     if as_json:
         click.echo(json.dumps({"target": suite, "ok": all(c.ok for c in results),
                                "checks": [c.to_json() for c in results]}, indent=2))

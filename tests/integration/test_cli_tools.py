@@ -92,6 +92,18 @@ def test_capture_writes_exactly_count_packets(lab, tmp_path):
     assert len(_tshark(pcap)) == 5
 
 
+def test_capture_replaces_a_link_planted_at_its_file(lab, tmp_path):
+    """Issue 24 (4): `-w FILE` where someone planted a symlink to a decoy: capture runs as
+    root, so opening FILE through the link would have truncated the decoy."""
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(b"precious\n")
+    pcap = tmp_path / "cap.pcap"
+    pcap.symlink_to(decoy)
+    cli("capture", lab.name, "leaf1", "spine1", "--count", "1", "--duration", "60", "-w", str(pcap))
+    assert decoy.read_bytes() == b"precious\n"
+    assert not pcap.is_symlink() and pcap.read_bytes()[:4] == PCAP_MAGIC
+
+
 def test_capture_streams_pcap_to_stdout(lab):
     res = subprocess.run([ROCELAB, "capture", lab.name, "leaf1", "spine1", "--count", "3",
                           "--duration", "60", "-w", "-"], capture_output=True, timeout=90)
