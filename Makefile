@@ -28,8 +28,8 @@ lint: setup  ## ruff over the tree, mypy over the pure modules (both configured 
 test: lint  ## lint, then unit + integration tests and the example suite (root)
 	$(PY) -m pytest tests examples -m "not slow" --durations=25
 
-fuzz: setup  ## property-based fuzz of topology and experiment files: many examples, fresh randomness
-	ROCELAB_FUZZ_EXAMPLES=3000 ROCELAB_FUZZ_RANDOM=1 $(PY) -m pytest tests/unit/test_fuzz.py
+fuzz: setup  ## property-based fuzz of topology and experiment files and of the command line: many examples, fresh randomness
+	ROCELAB_FUZZ_EXAMPLES=3000 ROCELAB_FUZZ_RANDOM=1 $(PY) -m pytest tests/unit/test_fuzz.py tests/unit/test_cli_fuzz.py
 
 test-quick: setup  ## no-root unit tests only
 	$(PY) -m pytest tests/unit

@@ -73,6 +73,8 @@ def make_dir(path: str | Path) -> Path:
 
 @contextlib.contextmanager
 def _dir_fd(path: Path) -> Iterator[int]:
+    if path.name in ("", ".", "..") or path.is_dir():
+        raise OutputError(f"{path}: is a directory, not a file to write")
     check_dir(path.parent)
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
