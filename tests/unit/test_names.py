@@ -146,3 +146,51 @@ def test_down_dotdot_victim_leaves_the_victim(tmp_path):
     assert res.returncode == ExitCode.USAGE, res.stderr
     assert res.stderr.count("\n") == 1 and "'../victim' is not a lab name" in res.stderr
     assert (victim / "data").read_text() == "precious\n"
+
+
+def _name_params():
+    from emulator.cli.names import LAB, NODE
+    for name, cmd in sorted(main.commands.items()):
+        for p in cmd.params:
+            if p.type in (LAB, NODE):
+                yield pytest.param(name, p.name, id=f"{name}-{p.name}")
+
+
+def _argv(cmd_name: str, target: str, bad: str) -> list[str]:
+    """A command line that is good but for `target`, which gets `bad`."""
+    import click
+
+    from emulator.cli.names import LAB, NODE
+    cmd = main.commands[cmd_name]
+    argv = [cmd_name]
+    good = {LAB: "zz-fuzz-nolab", NODE: "leaf1"}
+    for p in cmd.params:
+        value = bad if p.name == target else good.get(p.type)
+        if isinstance(p, click.Option) and (p.name == target or (p.required and value)):
+            argv += [p.opts[0], value or "1"]
+    for p in cmd.params:
+        if isinstance(p, click.Argument):
+            if p.name == target:
+                argv.append(bad)
+            elif p.required:
+                choice = p.type.choices[0] if isinstance(p.type, click.Choice) else None
+                argv += ["--"] * (p.nargs < 0) + [good.get(p.type) or choice or "true"]
+    return argv
+
+
+@pytest.mark.parametrize("bad", ["", "a\nb", "x" * 300])
+@pytest.mark.parametrize(("command", "param"), list(_name_params()))
+def test_every_name_a_command_takes_is_checked_naming_it(command, param, bad, run_root):
+    res = CliRunner().invoke(main, _argv(command, param, bad))
+    lines = res.stderr.splitlines()
+    assert res.exit_code == ExitCode.USAGE and len(lines) == 1, res.output
+    assert "is not a lab name" in lines[0] or "is not a node name" in lines[0], lines[0]
+    assert param.upper() in lines[0] or f"--{param}" in lines[0], lines[0]
+
+
+def test_every_lab_or_node_parameter_has_the_name_type():
+    """A new command's NAME, NODE, --name, --src, --dst or --on cannot skip the check."""
+    from emulator.cli.names import LAB, NODE
+    loose = [f"{n} {p.name}" for n, cmd in main.commands.items() for p in cmd.params
+             if p.name in ("name", "node", "src", "dst", "on") and p.type not in (LAB, NODE)]
+    assert not loose, f"lab or node names without cli.names.LAB/NODE: {loose}"
