@@ -146,6 +146,7 @@ def host(sandbox):
     assert not changed, f"the CLI fuzz changed files outside its working directory: {changed[:10]}"
     assert before[1] == after[1], f"root-namespace links changed: {before[1] ^ after[1]}"
     assert fuzz_namespaces() == []
+    assert not (Path("/run/rocelab") / NOLAB).exists()  # the machine's run root: others' labs
 
 
 @pytest.fixture
