@@ -6,7 +6,8 @@ keeps only the kernel and the closure of the modules the guest loads, under the
 cache (`<repo>/.cache/guest/`, or $ROCELAB_GUEST_DIR). `initramfs` builds a gzip'd
 newc cpio in Python (no cpio, no kmod on the host): static busybox, those modules
 in load order and an /init that mounts the host's root read-only over virtio-9p
-and starts the agent with the host's own Python. It is cached by its content.
+and starts the agent with the host's own Python. It is cached by its content,
+and a cached file whose content does not match its name is rebuilt before a boot.
 
     python -m emulator.rxe.guest fetch     # idempotent; progress on stderr
 """
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,18 +205,25 @@ def initramfs(kernel: Kernel | None = None, cache: Path | None = None) -> Path:
                          "(or `make setup`)")
     if not BUSYBOX.exists():
         raise GuestError(f"{BUSYBOX} missing: apt-get install busybox-static")
-    entries = initramfs_entries(kernel, BUSYBOX.read_bytes(), INIT.read_text())
-    digest = hashlib.sha256()
-    for e in entries:
-        digest.update(e.name.encode() + b"\0" + e.data + b"\0%o" % e.mode)
-    path = cache / f"initramfs-{digest.hexdigest()[:16]}.gz"
-    if not path.exists():
+    data = archive(initramfs_entries(kernel, BUSYBOX.read_bytes(), INIT.read_text()))
+    digest = hashlib.sha256(data).hexdigest()
+    path = cache / f"initramfs-{digest[:16]}.gz"
+    if unpacked_digest(path) != digest:  # absent, or not what its name says: never boot it
         # one temporary file per writer: guests boot in parallel, and two building at
         # once through one name replaced each other's half-written file
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(gzip.compress(archive(entries), compresslevel=1, mtime=0))
+        tmp.write_bytes(gzip.compress(data, compresslevel=1, mtime=0))
         tmp.replace(path)
     return path
+
+
+def unpacked_digest(path: Path) -> str | None:
+    """sha256 of a cached initramfs's archive (None: missing or not gzip). The cache is
+    trusted by content, not by name: a file swapped in under the right name is rebuilt."""
+    try:
+        return hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+    except (FileNotFoundError, gzip.BadGzipFile, EOFError, zlib.error):
+        return None
 
 
 def main(argv: list[str]) -> int:
