@@ -92,8 +92,8 @@ class RxeVm:
         kernel = guest.installed()
         if kernel is None:
             raise VmError(f"{self.name}: no guest kernel: run `python -m emulator.rxe.guest fetch`")
-        initrd = initrd or guest.initramfs(kernel)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        initrd = initrd or guest.initramfs(kernel, into=self.run_dir / "initramfs.gz")
         guestfs.build_etc(self.etc, self.name)
         t0 = time.monotonic()
         self.wire()

@@ -95,10 +95,12 @@ for i, tag in enumerate(tags):
         os.makedirs(where[tag], exist_ok=True)
         if libc.mount(tag.encode(), where[tag].encode(), b"9p", 1, b"trans=virtio") != 0:
             raise OSError(ctypes.get_errno(), f"mount {tag}")  # 1: MS_RDONLY
-    found += [f"{tag}:{r}" for r in ("etc/shadow", "shadow", "proc/1/environ", "1/environ", "root")
+    found += [f"{tag}:{r}" for r in ("etc/shadow", "shadow", "proc/1/environ", "1/environ", "root",
+                                     "run/rocelab", "rocelab")
               if os.path.lexists(os.path.join(where[tag], r))]
 print(json.dumps({"shadow": head("/etc/shadow"), "root": sorted(os.listdir("/root")),
-                  "init": open("/proc/1/cmdline").read(), "tags": tags, "found": found}))
+                  "init": open("/proc/1/cmdline").read(), "tags": tags, "found": found,
+                  "run_dirs": os.path.lexists("/run/rocelab")}))
 """
 
 
@@ -106,7 +108,7 @@ def test_the_guest_reads_none_of_the_hosts_files(rxe_lab):
     """Issue 24, item 3: only /usr, a minimal /etc, the package, its venv and Python are
     exported (read-only, one 9p export each), by a QEMU that runs as nobody under its
     seccomp sandbox: root in the guest reads neither the host's /etc/shadow, nor /root,
-    nor the host's /proc, in any export QEMU offers."""
+    nor the host's /proc, nor any lab's run dir, in any export QEMU offers."""
     assert Path("/etc/shadow").exists()  # what the guest must not see is there to see
     rc, out, err = vm(rxe_lab, "prefill1").exec(["python3", "-c", PEEK], timeout=60)
     assert rc == 0, err
@@ -117,6 +119,7 @@ def test_the_guest_reads_none_of_the_hosts_files(rxe_lab):
     assert set(seen["root"]) <= exported, seen["root"]  # at most the path to an export
     assert "/init" in seen["init"].split("\0")  # its /proc is its own: PID 1 is the guest's /init
     assert len(seen["tags"]) >= 3 and seen["found"] == []  # /etc, /usr, the package at least
+    assert not seen["run_dirs"]  # no lab's run dir, its own or another's
     for pid in hosts.running(NAME).values():
         status = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines())
         assert status["Uid"].split() == ["65534"] * 4  # nobody: real, effective, saved, fs

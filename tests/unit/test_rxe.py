@@ -77,13 +77,16 @@ def test_a_tampered_cached_initramfs_is_rebuilt_not_booted(tmp_path, monkeypatch
     monkeypatch.setattr(guest, "BUSYBOX", busybox)
     kernel = guest.installed(tmp_path)
     assert kernel is not None
+    (tmp_path / "run").mkdir()
     first = guest.initramfs(kernel, tmp_path)
     genuine = first.read_bytes()
     first.write_bytes(tamper)
     again = guest.initramfs(kernel, tmp_path)
     assert again == first and again.read_bytes() == genuine
-    digest = guest.unpacked_digest(again)
-    assert digest and again.name == f"initramfs-{digest[:16]}.gz"  # named by its own content
+    assert again.name == f"initramfs-{guest.unpacked_digest(again)[:16]}.gz"  # its own content
+    first.write_bytes(tamper)
+    booted = guest.initramfs(kernel, tmp_path, into=tmp_path / "run" / "initramfs.gz")
+    assert booted == tmp_path / "run" / "initramfs.gz" and booted.read_bytes() == genuine
 
 BASE = {"name": "t", "spines": 2, "leaves": 4, "hosts": {"per_leaf": 2}}
 
