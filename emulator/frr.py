@@ -32,6 +32,10 @@ FRR_USER = "frr"
 ZSERV = "zserv.api"
 START_TIMEOUT_S = 10.0
 VTYSH_TIMEOUT_S = 10.0
+# vtysh's own file in a router's run dir (its --config_dir): `write memory` saves the
+# running config into the run dir's frr.conf, as it would on a router with Debian's FRR.
+VTYSH_CONF = "vtysh.conf"
+VTYSH_CONF_TEXT = "service integrated-vtysh-config\n"
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ def prepare_run_dirs(plan: Plan, rendered: Rendered) -> None:
         d = node_run_dir(plan.lab, node.name)
         d.mkdir(mode=0o755, exist_ok=True)
         os.chown(d, uid, gid)
-        texts = dict(rendered.files[node.name])
+        texts = dict(rendered.files[node.name]) | {VTYSH_CONF: VTYSH_CONF_TEXT}
         texts.update({u.file: u.text for u in rendered.user.get(node.name, ())})
         for name, text in texts.items():
             f = d / name
@@ -122,8 +126,17 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
     return time.process_time() - cpu0
 
 
+def vtysh_argv(lab: str, node: str) -> list[str]:
+    """vtysh confined to one router's run dir: its daemons' vty sockets, and its config
+    directory. Without --config_dir vtysh reads /etc/frr/vtysh.conf (Debian's sets
+    `service integrated-vtysh-config`) and `write memory` writes the host's
+    /etc/frr/frr.conf; with it, the router's own frr.conf (and frr.conf.sav) there."""
+    d = str(node_run_dir(lab, node))
+    return ["vtysh", "--vty_socket", d, "--config_dir", d]
+
+
 def vtysh(lab: str, node: str, command: str, daemon: str | None = None) -> str:
-    argv = ["vtysh", "--vty_socket", str(node_run_dir(lab, node))]
+    argv = vtysh_argv(lab, node)
     if daemon:
         argv += ["-d", daemon]
     argv += ["-c", command]
@@ -260,7 +273,7 @@ def apply_file(plan: Plan, node: Node, u: UserConfig) -> None:
     commands = config_lines(u.text)
     if not commands:
         return
-    argv = ["vtysh", "--vty_socket", str(node_run_dir(plan.lab, node.name)), "-E"]
+    argv = [*vtysh_argv(plan.lab, node.name), "-E"]
     chunk = ["configure terminal"]
     for _, line in commands:
         if sum(len(c) + 1 for c in chunk) + len(line) > MAX_ARG:

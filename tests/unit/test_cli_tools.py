@@ -63,11 +63,13 @@ def test_ports_are_found_and_an_unknown_port_names_the_ports(plan):
 # -- vtysh -------------------------------------------------------------------
 
 def test_vtysh_is_bound_to_the_routers_own_run_dir():
+    """Its sockets and its config directory (`write memory` never reaches /etc/frr)."""
+    leaf1, spine2 = str(RUN_ROOT / "h2-unit" / "leaf1"), str(RUN_ROOT / "h2-unit" / "spine2")
     assert vtysh.argv("h2-unit", "leaf1", ["show bgp summary json", "show ip route"]) == [
-        "vtysh", "--vty_socket", str(RUN_ROOT / "h2-unit" / "leaf1"),
+        "vtysh", "--vty_socket", leaf1, "--config_dir", leaf1,
         "-c", "show bgp summary json", "-c", "show ip route"]
-    assert vtysh.argv("h2-unit", "spine2") == ["vtysh", "--vty_socket",
-                                               str(RUN_ROOT / "h2-unit" / "spine2")]
+    assert vtysh.argv("h2-unit", "spine2") == ["vtysh", "--vty_socket", spine2,
+                                               "--config_dir", spine2]
 
 
 def test_the_interactive_shell_is_tagged_and_keeps_only_the_terminal():

@@ -61,6 +61,33 @@ def test_initramfs_is_cached_by_content(tmp_path, monkeypatch):
     assert guest.initramfs(kernel, tmp_path) != first
 
 
+
+@pytest.mark.parametrize("tamper", [b"not gzip at all", gzip.compress(b"070701 a forged archive")],
+                         ids=["garbage", "forged"])
+def test_a_tampered_cached_initramfs_is_rebuilt_not_booted(tmp_path, monkeypatch, tamper):
+    """The cache is trusted by content: bytes swapped in under the cached name (garbage,
+    or a valid gzip of another archive) are replaced by the real build before use."""
+    k = tmp_path / "linux-image-test"
+    (k / "modules").mkdir(parents=True)
+    (k / "modules" / "a.ko").write_bytes(b"\0depends=\0")
+    (k / "modules.order").write_text("a\n")
+    (k / "wanted").write_text("\n".join(guest.WANTED) + "\n")
+    busybox = tmp_path / "busybox"
+    busybox.write_bytes(b"#!busybox")
+    monkeypatch.setattr(guest, "BUSYBOX", busybox)
+    kernel = guest.installed(tmp_path)
+    assert kernel is not None
+    (tmp_path / "run").mkdir()
+    first = guest.initramfs(kernel, tmp_path)
+    genuine = first.read_bytes()
+    first.write_bytes(tamper)
+    again = guest.initramfs(kernel, tmp_path)
+    assert again == first and again.read_bytes() == genuine
+    assert again.name == f"initramfs-{guest.unpacked_digest(again)[:16]}.gz"  # its own content
+    first.write_bytes(tamper)
+    booted = guest.initramfs(kernel, tmp_path, into=tmp_path / "run" / "initramfs.gz")
+    assert booted == tmp_path / "run" / "initramfs.gz" and booted.read_bytes() == genuine
+
 BASE = {"name": "t", "spines": 2, "leaves": 4, "hosts": {"per_leaf": 2}}
 
 
