@@ -109,14 +109,16 @@ def _refuse_existing(plan: Plan) -> None:
 
 def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
        progress: Progress = _quiet, raise_neigh_limit: bool = False,
-       templates: str | Path | None = None, metrics: str | None = None) -> UpResult:
+       templates: str | Path | None = None, metrics: str | None = None,
+       expose_metrics: bool = False) -> UpResult:
     """`metrics`: ADDRESS:PORT to serve the lab's /metrics on (port 0: a free one), from
-    an exporter process started with the lab and stopped by its `down`."""
+    an exporter process started with the lab and stopped by its `down`; a non-loopback
+    address only with `expose_metrics` (`up --expose-metrics`)."""
     # every config exists before any kernel object
     topo, plan, rendered = load_topology(path, name, templates)
     require_root()
     if metrics is not None:
-        check_listen(metrics)  # a taken port or a foreign address: refused before anything exists
+        check_listen(metrics, expose_metrics)  # refused before anything exists
     frr.check_user_configs(plan, rendered)  # FRR's parser on the user's own config: exit 2
     _refuse_existing(plan)
     est = estimate.check(plan)  # exit 12 when the machine cannot hold it
@@ -151,7 +153,7 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         progress(f"creating {len(plan.nodes)} namespaces and {len(plan.links)} links")
         exporter = None
         if metrics is not None:  # its start-up (imports) overlaps the build; waited for below
-            exporter = start_exporter(plan, metrics)
+            exporter = start_exporter(plan, metrics, expose_metrics)
             undo.callback(state.kill_pids, [exporter.pid])
         realize(plan, undo)
         if exporter is not None and exporter.poll() is not None:  # it failed: say so now
@@ -187,11 +189,13 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     return UpResult(plan, timings, daemons)
 
 
-def check_listen(listen: str) -> None:
-    """The exporter could listen at ADDRESS:PORT now (a local address, a free port)."""
-    from .metrics.exporter import Listen
+def check_listen(listen: str, expose: bool = False) -> None:
+    """The exporter could listen at ADDRESS:PORT now (a local address, a free port), and
+    a non-loopback address is asked for (`expose`)."""
+    from .metrics.exporter import EXPOSE_FLAGS, Listen
 
     where = Listen.parse(listen)
+    where.check_exposure(expose, EXPOSE_FLAGS["up"])
     family = socket.AF_INET6 if ":" in where.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server binds
@@ -203,14 +207,15 @@ def check_listen(listen: str) -> None:
                                ) from None
 
 
-def start_exporter(plan: Plan, listen: str) -> subprocess.Popen[bytes]:
+def start_exporter(plan: Plan, listen: str, expose: bool = False) -> subprocess.Popen[bytes]:
     """The lab's exporter (emulator/metrics/exporter.py): in the root namespace, with the
     lab's tag, in a session of its own (a Ctrl-C at the terminal is for `up`, not it)."""
     run_dir = lab_run_dir(plan.lab)
     with open(run_dir / "exporter.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "emulator.metrics.exporter", "--lab", plan.lab,
-             "--listen", listen, "--ready", str(run_dir / EXPORTER_FILE)],
+             "--listen", listen, "--ready", str(run_dir / EXPORTER_FILE),
+             *(["--expose"] if expose else [])],
             env=state.base_env(plan.lab), stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True)
 
