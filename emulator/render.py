@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2.sandbox import SandboxedEnvironment
 
 from .errors import RocelabError, SpecError
 from .paths import TEMPLATES_DIR, node_run_dir
@@ -78,10 +79,12 @@ def daemons_for(plan: Plan, node: Node) -> list[str]:
 
 
 def _environment(templates: Path | None = None) -> jinja2.Environment:
+    """Sandboxed: a user's template (run as root by `up`) reaches only the plan's data,
+    never Python's internals (`''.__class__.__mro__`, func_globals, ...)."""
     loaders = [jinja2.FileSystemLoader(str(TEMPLATES_DIR))]
     if templates is not None:  # the user's first; a template they lack is ours
         loaders.insert(0, jinja2.FileSystemLoader(str(templates)))
-    return jinja2.Environment(
+    return SandboxedEnvironment(
         loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

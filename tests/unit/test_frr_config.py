@@ -150,6 +150,22 @@ def test_a_broken_template_is_one_line_naming_file_and_line(tmp_path, text, word
         assert w in str(e.value)
 
 
+@pytest.mark.parametrize("reach", ["''.__class__.__mro__[1].__subclasses__()",
+                                   "node.__class__.__init__.__globals__",
+                                   "cycler.__init__.__globals__.os"])
+def test_a_template_cannot_reach_python_internals(tmp_path, reach):
+    from emulator.errors import SpecError
+
+    (tmp_path / "bgpd.conf.j2").write_text(f"hostname x\n! {{{{ {reach} }}}}\n")
+    _, plan, _ = rendered("clos-2x4")
+    with pytest.raises(SpecError) as e:
+        render.render(plan, tmp_path)
+    message = str(e.value)
+    assert "\n" not in message and e.value.exit_code == 2, message
+    assert message.startswith(f"{tmp_path / 'bgpd.conf.j2'}: line 2: template: rendering ")
+    assert "unsafe" in message or "undefined" in message, message
+
+
 def test_a_template_that_replaces_nothing_is_refused(tmp_path):
     from emulator.errors import SpecError
 
