@@ -154,14 +154,14 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         exporter = None
         if metrics is not None:  # its start-up (imports) overlaps the build; waited for below
             exporter = start_exporter(plan, metrics, expose_metrics)
-            undo.callback(state.kill_pids, [exporter.pid])
+            undo.callback(state.kill_pids, [exporter.pid], plan.lab)
         realize(plan, undo)
         if exporter is not None and exporter.poll() is not None:  # it failed: say so now
             wait_exporter(plan, exporter)
         if plan.congestion:  # shaped ports, ECN, PFC: one controller owns the BPF dataplane
             progress(f"shaping ports at {plan.congestion.rate_bps / 1e6:g} Mbit/s "
                      f"(dilation {plan.congestion.dilation:g}), loading the BPF dataplane")
-            undo.callback(state.kill_pids, [start_controller(plan)])
+            undo.callback(state.kill_pids, [start_controller(plan)], plan.lab)
         marks["realized"] = time.monotonic()
         daemons, marks["spawn_cpu_s"] = _start_daemons(plan, rendered, undo, progress)
         record["daemons"] = [d.__dict__ for d in daemons]
@@ -255,14 +255,14 @@ def stop_exporter(lab: str) -> int | None:
     pid = info.get("pid") if info else None
     if not isinstance(pid, int) or state.process_tag(pid) != lab:
         return None
-    state.kill_pids([pid])
+    state.kill_pids([pid], lab)
     return pid
 
 
 def kill_tagged(lab: str) -> list[int]:
     """Stop every process carrying this lab's tag (by PID, from /proc); their PIDs."""
     pids = [pid for pid, tag in state.tagged_processes().items() if tag == lab]
-    state.kill_pids(pids)
+    state.kill_pids(pids, lab)
     return pids
 
 
@@ -290,7 +290,7 @@ def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
                  + (f" (forward delay {plan.l2.forward_delay_s} s: ports forward after "
                     f"{2 * plan.l2.forward_delay_s} s)" if plan.l2 and plan.l2.stp else ""))
     started: list[frr.Daemon] = []
-    undo.callback(lambda: state.kill_pids([d.pid for d in started]))
+    undo.callback(lambda: state.kill_pids([d.pid for d in started], plan.lab))
     return started, frr.start_all(plan, started)
 
 

@@ -174,7 +174,7 @@ class RxeVm:
 
     def stop(self) -> None:
         if self.pid is not None:
-            state.kill_pids([self.pid])
+            state.kill_pids([self.pid], self.lab)
         if self._proc is not None:
             self._proc.wait()
 

@@ -258,7 +258,7 @@ def capture(plan: Plan, node: str, port: str, open_sink: Callable[[], BinaryIO],
             proc.wait(STOP_TIMEOUT_S)
     finally:
         if proc.poll() is None:
-            kill_pids([proc.pid])
+            kill_pids([proc.pid], plan.lab)
         for pipe in (proc.stdout, proc.stderr):
             if pipe:
                 pipe.close()
