@@ -22,7 +22,7 @@ from ..plan import Node, Plan
 from ..state import base_env
 from .config import for_host
 from .job import Job, Op, TransferResult
-from .wire import Channel
+from .wire import MAX_REPLY_LINE, Channel
 
 START_TIMEOUT_S = 15.0
 Progress = Callable[[int, int, int], None]  # (bytes completed, total, bytes sent)
@@ -39,7 +39,7 @@ def _connect(path: Path) -> Channel:
     except OSError:
         s.close()
         raise
-    return Channel(s)
+    return Channel(s, MAX_REPLY_LINE)  # our own engine's replies (stats grow with QPs)
 
 
 def _alive(path: Path) -> bool:
