@@ -33,6 +33,7 @@ from .dataplane import DataPlane, FlowKey, Watch, reductions
 from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
 from .paced import PacedQueuePair
 from .perftest import PerftestJobs, is_engine_peer
+from .regions import Regions
 from .wire import Channel
 
 log = logging.getLogger("rocelab.engine")
@@ -62,6 +63,7 @@ class Engine:
         self.histograms = {"transfer_duration_seconds": Histogram.empty(TRANSFER_BUCKETS),
                            "kv_handoff_seconds": Histogram.empty(TRANSFER_BUCKETS)}
         self.perftest = PerftestJobs(self)
+        self.regions = Regions(config.max_registered_bytes)  # what peers may make us hold
 
     def new_qpns(self, n: int) -> list[dict[str, int]]:
         with self._lock:
@@ -232,6 +234,10 @@ class Engine:
 
     def initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
         """Requester side: WRITE pushes our source, READ pulls the peer's."""
+        with self.regions.hold(job.region_bytes, "this transfer"):
+            return self._initiate(job, peer_ip, cli)
+
+    def _initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
         segments = job.segments()
         holds_source = job.op is Op.WRITE
         buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
@@ -316,6 +322,10 @@ class Engine:
         if msg.get("cmd") != "accept":
             raise EngineError(f"expected accept, got {msg.get('cmd')!r}")
         job = Job.from_json(msg["job"])
+        with self.regions.hold(job.region_bytes, f"peer {msg.get('ip')}"):  # before allocating
+            self._respond(ch, msg, job)
+
+    def _respond(self, ch: Channel, msg: dict[str, Any], job: Job) -> None:
         holds_source = job.op is Op.READ
         buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
         mr = self.dp.call(lambda: self.dp.memory.register(buf))
