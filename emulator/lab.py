@@ -312,6 +312,7 @@ class DownResult:
     processes: int
     namespaces: int
     run_dir: bool
+    notes: list[str] = field(default_factory=list)  # what was left as it was, and why
 
     @property
     def found(self) -> bool:
@@ -331,8 +332,8 @@ def down(lab: str) -> DownResult:
     run_dir = lab_run_dir(lab)
     had_dir = run_dir.exists()
     shutil.rmtree(run_dir, ignore_errors=True)
-    neighbours.restore_if_idle()  # the last lab: a raised neighbour limit goes back
-    return DownResult(lab, len(pids), len(names), had_dir)
+    notes = neighbours.restore_if_idle()  # the last lab: a raised neighbour limit goes back
+    return DownResult(lab, len(pids), len(names), had_dir, notes)
 
 
 def down_all() -> list[DownResult]:
