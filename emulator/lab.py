@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import converge, estimate, expectations, frr, neighbours, netns, state
+from . import converge, estimate, expectations, frr, neighbours, netns, rundirs, state
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, RocelabError, SpecError
 from .paths import lab_run_dir
@@ -91,10 +91,12 @@ def rendered_lab(name: str) -> tuple[Plan, Rendered]:
 
 
 def _claim_run_dir(lab: str) -> None:
-    """Create the lab's run dir exclusively: the lock against a second `up` of the same name."""
-    lab_run_dir(lab).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    """Create the lab's run dir exclusively: the lock against a second `up` of the same name.
+    0700 (rundirs: FRR's group may pass through it once daemons start); the run root is made
+    0755 only if rocelab creates it."""
+    rundirs.make_dirs(lab_run_dir(lab).parent, rundirs.RUN_ROOT_MODE)
     try:
-        lab_run_dir(lab).mkdir(mode=0o755)
+        rundirs.make_private_dir(lab_run_dir(lab))
     except FileExistsError:
         raise LabExistsError(f"lab {lab} already exists (or a crash left it): "
                              f"run `rocelab down {lab}` first") from None

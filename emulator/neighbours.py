@@ -28,11 +28,12 @@ import contextlib
 import fcntl
 import ipaddress
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from . import state
+from . import rundirs, state
 from .errors import HostLimitError
 from .paths import RUN_ROOT
 from .plan import Node, Plan
@@ -156,17 +157,21 @@ def record_path() -> Path:
 
 
 def _lock_path() -> Path:
-    return RUN_ROOT / "neigh-limits.lock"
+    return record_path().parent  # the run root itself: no lock file left lying about
 
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     """The record's read-modify-write, one process at a time (two `up`s, an `up` and the
-    last `down`): an exclusive flock on a lock file beside it."""
-    _lock_path().parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    with open(_lock_path(), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # released when f closes
+    last `down`): an exclusive flock on the run root directory (the record itself is
+    replaced by a rename, so it cannot carry the lock)."""
+    rundirs.make_dirs(_lock_path(), rundirs.RUN_ROOT_MODE)
+    fd = os.open(_lock_path(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
         yield
+    finally:
+        os.close(fd)
 
 
 def raise_for(plan: Plan) -> dict[str, int]:
@@ -269,7 +274,7 @@ def _check_record(record: object) -> None:
 
 
 def _save(record: dict[str, dict]) -> None:
-    record_path().parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    rundirs.make_dirs(record_path().parent, rundirs.RUN_ROOT_MODE)
     tmp = record_path().with_suffix(".tmp")
     tmp.write_text(json.dumps(record) + "\n")
     tmp.replace(record_path())  # atomic: a crash never leaves half a record

@@ -34,7 +34,10 @@ from .spec import Topology, parse
 def write(lab: str, data: dict[str, Any]) -> None:
     path = state_file(lab)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # root's only (the spec, the configs' sources), whatever the umask
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 

@@ -28,6 +28,7 @@ from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
 from ..roce.rc import QueuePair
 from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
+from ..rundirs import PRIVATE_UMASK
 from .config import EngineConfig
 from .dataplane import DataPlane, FlowKey, Watch, reductions
 from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
@@ -113,7 +114,7 @@ class Engine:
         tcp = socket.create_server((self.ip, CONTROL_PORT), reuse_port=False)
         self.sock_path.unlink(missing_ok=True)
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix.bind(str(self.sock_path))
+        bind_private(unix, self.sock_path)
         unix.listen(64)
         for listener, handler in ((tcp, self._on_tcp), (unix, self._on_unix)):
             threading.Thread(target=self._accept_loop, args=(listener, handler), daemon=True).start()
@@ -347,6 +348,16 @@ class Engine:
             side = "src" if holds_source else "dst"
             ch.send({"event": "finished", "digest": digest(buf, job.segments(), side),
                      "counters": {str(k): v for k, v in counters.items()}})
+
+
+def bind_private(sock: socket.socket, path: Path) -> None:
+    """Bind a unix socket that only its owner (root) can connect to: 0600, whatever the
+    umask of whoever started the engine (the umask is the process's: set around bind)."""
+    old = os.umask(PRIVATE_UMASK)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
 
 
 def _connect_peer(ip: str) -> socket.socket:

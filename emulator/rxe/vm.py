@@ -28,7 +28,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from .. import netns, state
+from .. import netns, rundirs, state
 from . import guest
 from .channel import AgentError, Channel, hello
 
@@ -94,12 +94,13 @@ class RxeVm:
         if kernel is None:
             raise VmError(f"{self.name}: no guest kernel: run `python -m emulator.rxe.guest fetch`")
         initrd = initrd or guest.initramfs(kernel)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        rundirs.make_private_dir(self.run_dir, exist_ok=True)  # root's only (rundirs)
         t0 = time.monotonic()
         self.wire()
         with netns.entered(self.netns), open(self.run_dir / "qemu.log", "ab") as log:
             self._proc = subprocess.Popen(
                 self.qemu_argv(kernel.vmlinuz, initrd), env=state.base_env(self.lab),
+                umask=rundirs.PRIVATE_UMASK,  # its agent sockets and files: 0600
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         self.pid = self._proc.pid

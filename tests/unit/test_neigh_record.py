@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 
 import pytest
 
@@ -90,16 +91,20 @@ def test_the_record_is_changed_only_under_its_lock(host, monkeypatch):
     real_save = neighbours._save
 
     def save(record) -> None:  # while raise_for writes the record, a second opener must wait
-        with open(neighbours._lock_path(), "a") as other:
+        other = os.open(neighbours._lock_path(), os.O_RDONLY)
+        try:
             with pytest.raises(BlockingIOError):
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
         held.append(True)
         real_save(record)
     monkeypatch.setattr(neighbours, "_save", save)
     neighbours.raise_for(None)  # type: ignore[arg-type]
     assert held
-    with open(neighbours._lock_path(), "a") as other:  # and released after
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    other = os.open(neighbours._lock_path(), os.O_RDONLY)  # and released after
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(other)
 
 
 def test_an_older_record_without_the_written_values_restores_as_before(host):
