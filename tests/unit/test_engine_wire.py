@@ -68,3 +68,28 @@ def test_a_message_of_exactly_the_cap_passes():
         assert len(body) == 64
         peer.sock.sendall(body.encode() + b"\n")
         assert ch.recv() == {"cmd": "y" * 54}
+
+
+def test_the_metrics_collector_reads_an_engine_reply_with_the_same_bound(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from emulator.metrics.collectors import engine as collector
+
+    monkeypatch.setattr(collector, "MAX_REPLY_LINE", 1024)
+    monkeypatch.setattr(collector, "node_run_dir", lambda lab, host: tmp_path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "engine.sock"))
+    server.listen(1)
+
+    def answer() -> None:  # an engine whose stats never end their line
+        conn, _ = server.accept()
+        with conn, contextlib.suppress(OSError):
+            conn.recv(100)
+            conn.sendall(b"{" * (1 << 20))
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    ask = collector.Collector._ask(SimpleNamespace(plan=SimpleNamespace(lab="xc")),  # type: ignore[arg-type]
+                                   SimpleNamespace(name="h"))
+    assert ask == {"event": "error", "error": "reply over 1024 bytes"}
+    t.join(10)
+    server.close()
