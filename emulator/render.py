@@ -22,9 +22,11 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
+from . import boundedread
 from .errors import RocelabError, SpecError
 from .paths import TEMPLATES_DIR, node_run_dir
 from .plan import Homing, Kind, Node, Plan
+from .spec import MAX_FILE_BYTES
 
 RA_INTERVAL_S = 1  # fast peer discovery for BGP unnumbered; lab links are cheap
 FRR_VERSION = "8.4.4"  # the FRR rocelab is tested with (the reference machine's); informational
@@ -104,6 +106,10 @@ def template_dir(templates: str | Path) -> Path:
         if f.name not in ours:
             raise SpecError(str(f), "--templates", f"replaces no template of ours; ours are "
                             f"{', '.join(ours)} (frr-templates/)")
+        try:  # Jinja2 reads it whole, as root: a FIFO or /dev/zero must not get that far
+            boundedread.read_bytes(f, MAX_FILE_BYTES)
+        except (OSError, ValueError) as e:
+            raise SpecError(str(f), "--templates", f"cannot read: {e}") from None
     return d
 
 
@@ -134,9 +140,9 @@ def read_frr_configs(plan: Plan) -> dict[str, tuple[str, str]]:
     for node in plan.frr_nodes:
         f = base / node.name / INTEGRATED
         if f.is_file():
-            try:
-                out[node.name] = (str(f), f.read_text())
-            except (OSError, UnicodeDecodeError) as e:
+            try:  # regular, and at most 1 MiB read (read as root: boundedread)
+                out[node.name] = (str(f), boundedread.read_bytes(f, MAX_FILE_BYTES).decode())
+            except (OSError, UnicodeDecodeError, ValueError) as e:
                 raise SpecError(str(f), "frr_configs", f"cannot read: {e}") from None
     return out
 
