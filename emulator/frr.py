@@ -56,7 +56,8 @@ def prepare_run_dirs(plan: Plan, rendered: Rendered) -> None:
     lab_dir = lab_run_dir(plan.lab)
     rundirs.make_dirs(lab_dir.parent, rundirs.RUN_ROOT_MODE)
     rundirs.make_private_dir(lab_dir, exist_ok=True)
-    rundirs.share_with_frr(lab_dir)
+    if plan.frr_nodes:  # (an L2 lab runs no FRR: its dir stays 0700 root)
+        rundirs.share_with_frr(lab_dir)
     for node in plan.frr_nodes:
         d = node_run_dir(plan.lab, node.name)
         rundirs.make_private_dir(d, exist_ok=True)
