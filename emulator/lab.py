@@ -213,13 +213,13 @@ def start_exporter(plan: Plan, listen: str, expose: bool = False) -> subprocess.
     """The lab's exporter (emulator/metrics/exporter.py): in the root namespace, with the
     lab's tag, in a session of its own (a Ctrl-C at the terminal is for `up`, not it)."""
     run_dir = lab_run_dir(plan.lab)
-    with open(run_dir / "exporter.log", "ab") as log:
+    with rundirs.open_private(run_dir / "exporter.log") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "emulator.metrics.exporter", "--lab", plan.lab,
              "--listen", listen, "--ready", str(run_dir / EXPORTER_FILE),
              *(["--expose"] if expose else [])],
             env=state.base_env(plan.lab), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            stderr=subprocess.STDOUT, start_new_session=True, umask=0o077)
 
 
 def wait_exporter(plan: Plan, proc: subprocess.Popen[bytes],

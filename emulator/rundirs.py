@@ -9,6 +9,8 @@
                              its config files 0640 frr:frr (snippets may hold BGP passwords)
     RUN_ROOT/LAB/HOST        0700 root (the engine's socket, its log, an rxe guest's files)
     state.json, sockets      0600 root (engine.sock, agentN.sock: bound under umask 077)
+    logs, controller files   0600 root (the engine, controller, exporter and QEMU run
+                             under umask 077; their logs are opened 0600 by rocelab)
 
 Everything the lab puts there is only for root and, for its own directory, FRR.
 """
