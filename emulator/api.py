@@ -55,15 +55,16 @@ class Lab:
     def up(cls, topology: str | Path | Mapping[str, Any], name: str | None = None, *,
            timeout_s: float = lab.DEFAULT_TIMEOUT_S, keep: bool = False,
            progress: Progress | None = None, templates: str | Path | None = None,
-           metrics: str | None = None) -> Iterator[Lab]:
+           metrics: str | None = None, expose_metrics: bool = False) -> Iterator[Lab]:
         """Bring a lab up (converged) for the `with` block; down afterwards unless `keep`.
         `templates`: a directory of FRR templates before rocelab's (`up --templates`);
-        `metrics`: ADDRESS:PORT to serve its Prometheus /metrics on (`up --metrics`)."""
+        `metrics`: ADDRESS:PORT to serve its Prometheus /metrics on (`up --metrics`; a
+        non-loopback address only with `expose_metrics`, as `--expose-metrics`)."""
         if name is not None:
             check_lab(name, "name")
         result = lab.up(topology, name=name, timeout_s=timeout_s,
                         progress=progress or (lambda _: None), templates=templates,
-                        metrics=metrics)
+                        metrics=metrics, expose_metrics=expose_metrics)
         try:
             yield cls(result.plan.lab)
         finally:

@@ -29,5 +29,7 @@ def command(name: str | None, all_labs: bool, as_json: bool) -> None:
         what = (f"{r.processes} processes, {r.namespaces} namespaces"
                 + (", run dir" if r.run_dir else "")) if r.found else "nothing to remove"
         click.echo(f"lab {r.lab}: {what}")
+        for note in r.notes:  # the neighbour limits: a value left as it was, and why
+            click.echo(f"rocelab: warning: {note}", err=True)
     if all_labs and not results:
         click.echo("no rocelab labs on this machine")

@@ -28,7 +28,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from .. import netns, state
+from .. import netns, rundirs, state
 from . import guest, guestfs
 from .channel import AgentError, Channel, hello
 
@@ -92,7 +92,7 @@ class RxeVm:
         kernel = guest.installed()
         if kernel is None:
             raise VmError(f"{self.name}: no guest kernel: run `python -m emulator.rxe.guest fetch`")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        rundirs.make_private_dir(self.run_dir, exist_ok=True)  # root's only (rundirs)
         initrd = initrd or guest.initramfs(kernel, into=self.run_dir / "initramfs.gz")
         guestfs.build_etc(self.etc, self.name)
         t0 = time.monotonic()
@@ -100,6 +100,7 @@ class RxeVm:
         with netns.entered(self.netns), open(self.run_dir / "qemu.log", "ab") as log:
             self._proc = subprocess.Popen(
                 self.qemu_argv(kernel.vmlinuz, initrd), env=state.base_env(self.lab),
+                umask=rundirs.PRIVATE_UMASK,  # its agent sockets and files: 0600
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         self.pid = self._proc.pid
@@ -182,7 +183,7 @@ class RxeVm:
 
     def stop(self) -> None:
         if self.pid is not None:
-            state.kill_pids([self.pid])
+            state.kill_pids([self.pid], self.lab)
         if self._proc is not None:
             self._proc.wait()
 

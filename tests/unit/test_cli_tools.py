@@ -101,7 +101,13 @@ def test_tcpdump_takes_whole_frames_to_stdout_packet_by_packet():
         i = argv.index(flag[0])
         assert argv[i:i + 2] == flag
     assert "-U" in argv and "--immediate-mode" in argv
-    assert argv[-1] == "udp port 4791"  # one argument, never a shell string
+    assert argv[-2:] == ["--", "udp port 4791"]  # one argument, never a shell string
+
+
+@pytest.mark.parametrize("bpf", ["-w /etc/passwd", "--version", "-z /bin/sh"])
+def test_a_filter_that_looks_like_an_option_stays_the_expression(bpf):
+    argv = capture.tcpdump_argv("eth0", 0, bpf)
+    assert argv[-2:] == ["--", bpf] and argv.index("--") == len(argv) - 2
 
 
 def test_no_count_and_no_filter_add_no_arguments():

@@ -4,6 +4,7 @@ the other)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import socket
 import stat
@@ -166,6 +167,40 @@ def test_lines_framing():
     assert lines.feed(b'{"a":1}\n{"b"') == [b'{"a":1}']
     assert lines.feed(b':2}\n\n') == [b'{"b":2}']
     assert agent.encode({"x": "é"}).endswith(b"\n")
+
+
+def test_a_line_over_the_cap_is_refused_and_skipped_to_its_newline():
+    lines = agent.Lines(max_line=8)
+    assert lines.feed(b"12345678\n") == [b"12345678"]  # exactly the cap
+    with pytest.raises(agent.LineTooLong, match="longer than 8 bytes"):
+        lines.feed(b"123456789")  # no newline yet, already too long: never buffered
+    assert lines.feed(b"x" * 100) == [] and lines.buf == b""  # still that line: dropped
+    assert lines.feed(b'tail\n{"a":1}\n') == [b'{"a":1}']  # its end, then the next message
+    with pytest.raises(agent.LineTooLong):
+        lines.feed(b"0123456789\n")  # a whole line over the cap
+    assert lines.feed(b"ok\n") == [b"ok"]
+    assert agent.Lines().max_line == agent.MAX_LINE == 16 << 20
+
+
+def test_a_guest_that_never_ends_its_line_is_dropped():
+    host, guest_end = socket.socketpair()
+    ch = Channel(host, max_line=4096)
+
+    def flood() -> None:
+        with contextlib.suppress(OSError):  # EPIPE once the host drops us
+            guest_end.sendall(b"x" * (1 << 20))
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    try:
+        t.join(30)
+        assert not t.is_alive()  # its sendall failed: the host stopped reading, shut the socket
+        ch.reader.join(30)
+        assert ch.closed == "the agent sent a message longer than 4096 bytes: connection dropped"
+        with pytest.raises(AgentError, match="longer than 4096 bytes: connection dropped"):
+            ch.request("hello", wait_s=30)
+    finally:
+        ch.close()
+        guest_end.close()
 
 
 def test_native_path_says_which_kernels_could_give_a_namespace_its_own_rxe(tmp_path) -> None:
