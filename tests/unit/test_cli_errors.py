@@ -83,6 +83,8 @@ CASES = [
     # down
     cli("down", USAGE),
     cli(f"down {NOLAB} --all", USAGE),
+    cli("down --prefix it-", USAGE),  # --prefix only narrows --all
+    cli(["down", "--all", "--prefix", ""], USAGE),  # an empty prefix is not "every lab"
     # status, wait, validate on a lab
     lab(f"status {NOLAB}", NOT_FOUND),
     lab(f"status {NOLAB} --json", NOT_FOUND),
