@@ -45,9 +45,12 @@ def test_a_region_of_256_mib_and_more_is_built_and_moved(fabric):
 
 
 def test_a_rate_limit_paces_the_transfer(fabric):
-    res = transfer(fabric, "--src", "prefill3", "--dst", "decode3", "--size", "16MiB",
-                   "--qps", "2", "--rate", "400M")  # unshaped lab: D = 1
-    assert res["integrity_ok"] and 0.3 <= res["goodput_gbps"] <= 0.41, res["goodput_gbps"]
+    args = ("--src", "prefill3", "--dst", "decode3", "--size", "16MiB", "--qps", "2")
+    free = transfer(fabric, *args)["goodput_gbps"]  # what this machine does now, unpaced
+    res = transfer(fabric, *args, "--rate", "400M")  # unshaped lab: D = 1
+    # never above the rate; near it, or near the unpaced figure when the machine is slower
+    assert res["integrity_ok"] and res["goodput_gbps"] <= 0.41, res["goodput_gbps"]
+    assert res["goodput_gbps"] >= 0.75 * min(0.4, free), (res["goodput_gbps"], free)
     bad = cli("transfer", fabric.name, "--src", "prefill3", "--dst", "decode3", "--size", "1MiB",
               "--rate", "fast", check=False)
     assert bad.returncode == ExitCode.USAGE and "--rate" in bad.stderr and "'fast'" in bad.stderr

@@ -86,8 +86,10 @@ def test_silent_failure_bfd_against_hold_timer(bfd_lab, hold_lab, tmp_path):
         assert results[name]["convergence"][1]["settled"]
         assert_whole(lab)
     bfd, hold = (results[k]["summary"] for k in results)
-    assert bfd["converge_s"] < 1.0, bfd  # BFD 3 x 100 ms, then BGP withdraws
-    assert 1.0 < hold["detect_s"] < 6.0, hold  # hold 3 s after the last keepalive
+    # BFD (3 x 100 ms, then BGP withdraws) against the hold timer (3 s after the last
+    # keepalive), in the same run: a ratio, so a loaded machine slows both alike
+    assert 1.0 < hold["detect_s"] < 6.0, hold
+    assert bfd["converge_s"] < hold["detect_s"] / 2, (bfd, hold)
     assert bfd["interruption_max_s"] < hold["interruption_max_s"]
     assert hold["interruption_max_s"] > 1.0
     table = impact.report_table(results)
