@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -173,7 +172,8 @@ def test_go_back_n_between_rxe_and_the_engine_under_loss(lab, tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for port, f in (("prefill1", pcap), ("prefill2", pcap2))]
     try:
-        time.sleep(1.0)  # tcpdump listening
+        for cap in caps:  # said once tcpdump listens (not a sleep that may be too short)
+            wait_for_line(cap, "capturing", 30)
         real_client_to_engine(lab, "write_bw", 4096, 2000, 1)
         engine_client_to_real(lab, "write_bw", 4096, 2000, 1)
         engine_client_to_real(lab, "read_bw", 1000, 2000, 1)
