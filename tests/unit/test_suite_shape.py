@@ -95,3 +95,20 @@ def test_ci_refuses_to_run_without_root_in_one_line():
         shutil.rmtree(scratch)
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr.count("\n") == 1 and "must run as root" in res.stderr
+
+
+def test_the_host_snapshot_sees_a_changed_frr_config_and_a_new_socket(tmp_path):
+    """conftest's tree_digests/tree_listing: what the session compares for /etc/frr, /run/frr."""
+    from tests.integration.conftest import tree_digests, tree_listing
+
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    etc.mkdir()
+    run.mkdir()
+    (etc / "frr.conf").write_text("hostname host\n")
+    (etc / "link").symlink_to("/etc/shadow")  # recorded as a link, never followed
+    before, listing = tree_digests(etc), tree_listing(run)
+    assert before["link"] == "-> /etc/shadow" and len(before["frr.conf"]) == 64
+    (etc / "frr.conf").write_text("hostname host\nrouter bgp 1\n")  # what `write memory` would do
+    (run / "zebra.vty").touch()
+    assert tree_digests(etc) != before and tree_listing(run) != listing
+    assert tree_digests(tmp_path / "absent") == {} and tree_listing(tmp_path / "absent") == []
