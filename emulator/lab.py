@@ -341,6 +341,7 @@ def down(lab: str) -> DownResult:
     return DownResult(lab, len(pids), len(names), run_dir is not None, notes)
 
 
-def down_all() -> list[DownResult]:
+def down_all(prefix: str = "") -> list[DownResult]:
+    """`down` every lab on this machine, or only those whose name starts with prefix."""
     require_root()
-    return [down(lab) for lab in sorted(state.known_labs())]
+    return [down(lab) for lab in sorted(state.known_labs()) if lab.startswith(prefix)]

@@ -12,8 +12,10 @@ from .names import LAB
 @click.command("down")
 @click.argument("name", required=False, type=LAB)
 @click.option("--all", "all_labs", is_flag=True, help="Remove every rocelab lab on this machine.")
+@click.option("--prefix", default=None, metavar="TEXT",
+              help="With --all: only the labs whose name starts with TEXT.")
 @click.option("--json", "as_json", is_flag=True, help="What was removed, per lab, as JSON.")
-def command(name: str | None, all_labs: bool, as_json: bool) -> None:
+def command(name: str | None, all_labs: bool, prefix: str | None, as_json: bool) -> None:
     """Remove a lab (or --all): processes, namespaces, run dir. Idempotent.
 
     Works from kernel state alone, even after a crash.
@@ -21,7 +23,9 @@ def command(name: str | None, all_labs: bool, as_json: bool) -> None:
     """
     if (name is not None) == all_labs:  # "" is a (bad) name, not "none given"
         raise click.UsageError("give a lab name or --all (not both)")
-    results = lab.down_all() if all_labs else [lab.down(name)]  # type: ignore[arg-type]
+    if prefix is not None and not (all_labs and prefix):
+        raise click.UsageError("--prefix: a non-empty start of lab names, with --all")
+    results = lab.down_all(prefix or "") if all_labs else [lab.down(name)]  # type: ignore[arg-type]
     if as_json:
         click.echo(json.dumps([asdict(r) | {"found": r.found} for r in results], indent=2))
         return
@@ -32,4 +36,5 @@ def command(name: str | None, all_labs: bool, as_json: bool) -> None:
         for note in r.notes:  # the neighbour limits: a value left as it was, and why
             click.echo(f"rocelab: warning: {note}", err=True)
     if all_labs and not results:
-        click.echo("no rocelab labs on this machine")
+        click.echo(f"no rocelab labs named {prefix}* on this machine" if prefix
+                   else "no rocelab labs on this machine")

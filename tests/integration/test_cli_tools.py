@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from io import BytesIO
 from pathlib import Path
 
@@ -122,10 +121,9 @@ def test_capture_default_file_is_named_after_lab_node_and_port(lab, tmp_path):
 
 def test_capture_stops_after_its_duration(lab, tmp_path):
     pcap = tmp_path / "quiet.pcap"
-    t0 = time.monotonic()
     res = cli("capture", lab.name, "leaf3", "decode1", "--filter", "udp port 4791", "--count", "0",
-              "--duration", "1s", "-w", str(pcap))
-    assert "stopped: duration" in res.stderr and time.monotonic() - t0 < 10
+              "--duration", "1s", "-w", str(pcap), timeout=60)  # count 0: only the duration stops it
+    assert "stopped: duration" in res.stderr
     assert len(rdpcap(str(pcap))) == 0  # no RoCE traffic: a valid, empty pcap
 
 

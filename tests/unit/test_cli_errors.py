@@ -102,6 +102,8 @@ CASES = [
     cli(["transfer", FAKE, "--src", "/", "--dst", "decode1", "--size", "1MiB"], USAGE),
     cli(["metrics", "", "--once"], USAGE),
     cli(["capture", FAKE, "", "eth0"], USAGE),
+    cli("down --prefix it-", USAGE),  # --prefix only narrows --all
+    cli(["down", "--all", "--prefix", ""], USAGE),  # an empty prefix is not "every lab"
     # status, wait, validate on a lab
     lab(f"status {NOLAB}", NOT_FOUND),
     lab(f"status {NOLAB} --json", NOT_FOUND),
