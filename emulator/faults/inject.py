@@ -35,6 +35,7 @@ from .model import (
     gray_args,
     link_fault,
     node_fault,
+    real_rate,
 )
 
 # -- records ---------------------------------------------------------------
@@ -80,8 +81,9 @@ def _derive(plan: Plan, left: set[Effect]) -> list[Fault]:
     for e in sorted(left):
         peer = next(i.peer for i in plan.node(e.node).interfaces if i.name == e.port)
         gray = {EffectKind.LOSS: "loss", EffectKind.CORRUPT: "corrupt", EffectKind.RATE: "rate"}
+        value = str(real_rate(plan, int(e.value))) if e.kind is EffectKind.RATE else e.value
         f = link_fault(plan, e.node, peer, silent=e.kind is EffectKind.DROP, **gray_args(
-            **{k: e.value if e.kind is kind else None for kind, k in gray.items()}))
+            **{k: value if e.kind is kind else None for kind, k in gray.items()}))
         if not any(f.same_target(g) for g in found):
             found.append(f)
     return found
