@@ -141,9 +141,12 @@ def bridge_state(node: Node, l2: L2Plan) -> dict[str, Any]:
         fdb = [n for n in ipr.get_neighbours(family=socket.AF_BRIDGE)
                if n.get_attr("NDA_MASTER") == br_index or n["ifindex"] in on_bridge]
     learned = [n for n in fdb if not n["state"] & 0x80]  # NUD_PERMANENT: the ports' own MACs
+    names = {i: links[i].get_attr("IFLA_IFNAME") for i in on_bridge}
     return {"root": _bridge_id(root_id), "bridge_id": _bridge_id(own_id),
             "is_root": root_id == own_id, "ports": ports,
-            "macs_learned": len(learned), "mac_table_limit": l2.mac_table_limit}
+            "macs_learned": len(learned), "mac_table_limit": l2.mac_table_limit,
+            "fdb": {n.get_attr("NDA_LLADDR"): names[n["ifindex"]] for n in learned
+                    if n["ifindex"] in names}}  # learned MAC -> the port it was seen on
 
 
 def _bridge_id(v: Any) -> str:

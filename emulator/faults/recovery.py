@@ -34,7 +34,8 @@ from .model import Convergence, Fault, FaultEvent, HealEvent, links_of
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
 RESAMPLE_S = 0.5  # re-read every FIB this often anyway: a lost netlink message cannot hide a change
-# router -> host prefix -> next hops (0 = no route); on l2: switch -> port -> STP state
+# router -> host prefix -> next hops (0 = no route); on l2: switch -> port -> STP state, and
+# "mac <host MAC>" -> the port that MAC was learned on (converge.bridge_forwarding)
 Widths = dict[str, dict[str, Any]]
 Sample = tuple[float, str, dict[str, Any]]
 Progress = Callable[[str], None]
@@ -50,18 +51,57 @@ def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
 def expected_forwarding(plan: Plan, after: dict[str, Any]) -> Widths:
     """What the watcher waits for: the FIB widths on a routed fabric (expected_fib); on l2,
     every live switch port's STP state in the tree 802.1D settles on around the cuts (the
-    cut ports themselves are left out: down, or -- silent -- forwarding with no BPDUs)."""
+    cut ports themselves are left out: down, or -- silent -- forwarding with no BPDUs), and
+    for each host the port toward it along that tree (`mismatched` says how it is read)."""
     if plan.routed:
         return expected_fib(plan, after)
     cut = frozenset(frozenset(link) for link in after.get("cut_links", []))
     tree = plan.stp_tree(cut, frozenset(after.get("failed_nodes", [])))
-    return {sw: {port: st for port, st in ports.items() if st != "disabled"}  # type: ignore[misc]
+    macs = _tree_macs(plan, tree)
+    return {sw: {port: st for port, st in ports.items() if st != "disabled"} | macs[sw]
             for sw, ports in tree.items()}
 
 
+def _tree_macs(plan: Plan, tree: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Switch -> "mac <host MAC>" -> the port toward that host along `tree` (links forwarding
+    at both ends); hosts with more than one NIC are left out (either NIC's MAC may be seen)."""
+    def fwd(node: str, port: str) -> bool:
+        return tree.get(node, {}).get(port) == "forwarding"
+
+    out: dict[str, dict[str, str]] = {sw: {} for sw in tree}
+    for host in plan.hosts:
+        if len(host.interfaces) != 1 or not fwd(host.interfaces[0].peer, host.interfaces[0].peer_ifname):
+            continue
+        nic = host.interfaces[0]
+        key = converge.MAC_KEY + nic.mac
+        out[nic.peer][key] = nic.peer_ifname
+        frontier = [nic.peer]
+        while frontier:
+            nxt = []
+            for sw in frontier:
+                for p in plan.node(sw).interfaces:
+                    if p.fabric and fwd(sw, p.name) and fwd(p.peer, p.peer_ifname) \
+                            and key not in out[p.peer]:
+                        out[p.peer][key] = p.peer_ifname
+                        nxt.append(p.peer)
+            frontier = nxt
+    return out
+
+
+def mismatched(have: dict[str, Any], want: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Where one router's or switch's forwarding state differs from `want` (an entry of
+    `expected_forwarding`): key -> (have, want); {} is settled. The one definition `fail`
+    and `heal` wait for and `status` calls converged: every expected ECMP width or STP port
+    state holds, and every host MAC a switch has learned points along the tree (one it has
+    not learned is flooded, which reaches the host; one learned before the tree moved
+    sends the host's frames where they are dropped until it ages out). Pure."""
+    return {k: (have.get(k), w) for k, w in want.items()
+            if have.get(k) != w and not (k.startswith(converge.MAC_KEY) and k not in have)}
+
+
 def _matches(state: Widths, expected: Widths) -> bool:
-    """Every expected entry holds (an l2 state may have more ports: the cut ones)."""
-    return all(state.get(r, {}).get(k) == v for r, want in expected.items() for k, v in want.items()) \
+    """Every router or switch settled (`mismatched`), and each one read at least once."""
+    return all(not mismatched(state.get(r, {}), want) for r, want in expected.items()) \
         and all(r in state for r in expected)
 
 
@@ -99,7 +139,7 @@ class FibWatcher:
         t = time.monotonic()
         node = self.plan.node(router)
         widths = (converge.fib_widths_of(self.plan, node) if self.plan.routed
-                  else converge.stp_states_of(self.plan, node))
+                  else converge.bridge_forwarding_of(self.plan, node))
         with self._changed:
             if widths != self.current.get(router):
                 self.samples.append((t, router, widths))
@@ -205,8 +245,7 @@ def _drain(s: socket.socket) -> None:
 def _mismatch(lab: str, state: Widths, expected: Widths, timeout_s: float) -> str:
     bad = []
     for router, want in expected.items():
-        have = state.get(router, {})
-        diff = {p: f"{have.get(p)} (want {w})" for p, w in want.items() if have.get(p) != w}
+        diff = {p: f"{h} (want {w})" for p, (h, w) in mismatched(state.get(router, {}), want).items()}
         if diff:
             p, d = next(iter(diff.items()))
             bad.append(f"{router}: {len(diff)} entries differ, e.g. {p}: {d}")
