@@ -80,9 +80,18 @@ def test_bad_gray_arguments_get_one_line_naming_the_field_and_change_nothing(lab
 
 def test_gray_faults_in_an_experiment(tmp_path):
     """experiments/gray-link.yaml: its expect block holds (loss retransmits, corruption shows
-    as bad ICRC, the slow link doubles the handoff p50), and nothing stays failed."""
+    as bad ICRC, the slow link doubles the handoff p50), and nothing stays failed.
+
+    Issue 24 (11): it ran on an unshaped lab, whose clean window moved at the CPU's speed,
+    and a loaded machine brought that near the slow window's 400 Mbit/s (slow p50 1.5x
+    clean, 2 of 2). It now runs on a shaped lab: both windows at line rates the emulation
+    fixes, the gray rate (50G of 400G) dilated like the links (12.5 of 100 Mbit/s)."""
     out = tmp_path / "gray"
     cli("run", "experiments/gray-link.yaml", "--name", f"{PREFIX}grayx", "--out", str(out), timeout=300)
-    flows = {f["name"]: f for f in json.loads((out / "results.json").read_text())["flows"]}
+    res = json.loads((out / "results.json").read_text())
+    flows = {f["name"]: f for f in res["flows"]}
+    assert res["link_rate_bps"] == 100e6 and res["dilation"] == 4000  # a shaped lab
     assert flows["corrupt"]["bad_icrc"] > 0 and flows["clean"]["bad_icrc"] == 0
     assert flows["loss"]["retransmitted_packets"] > 0
+    assert flows["slow"]["goodput_bps"] <= 50e9 / 4000  # the gray rate, shaped at rate / D
+    assert flows["slow"]["handoff_p50_s"] > 2 * flows["clean"]["handoff_p50_s"]
