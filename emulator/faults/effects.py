@@ -264,7 +264,7 @@ def _gray_roots(ipr: IPRoute, names: dict[int, str], ports: set[str]) -> dict[st
 
 
 def _shaped_rates(plan: Plan, node: Node, ipr: IPRoute, names: dict[int, str]) -> dict[str, int]:
-    """Shaped lab: port -> class 1:1's rate, where it differs from the port's own (the
+    """Shaped lab: port -> class 1:1's rate, where it is below the port's own (the
     kernel keeps whole bytes per second)."""
     assert plan.congestion is not None
     index = {name: i for i, name in names.items()}
@@ -272,7 +272,7 @@ def _shaped_rates(plan: Plan, node: Node, ipr: IPRoute, names: dict[int, str]) -
     for port in node.interfaces:
         have = qos.port_rate(ipr, index[port.name]) if port.name in index else None
         own = plan.congestion.rate_of(port.speed_bps)
-        if have is not None and have != own - own % 8:
+        if have is not None and have < own - own % 8:
             out[port.name] = have
     return out
 

@@ -235,6 +235,18 @@ def test_a_shaped_labs_gray_rate_is_real_equivalent_and_dilated_like_its_links()
     assert {e.value for e in effects_of(plain, f) if e.kind is EffectKind.RATE} == {"400000000"}
 
 
+@pytest.mark.parametrize("topology", ["topologies/clos-2x4.yaml", "topologies/clos-2x4-cc.yaml"])
+def test_an_unrecorded_gray_rate_is_named_from_the_kernel_as_it_was_given(topology):
+    """`status` and `heal --all` name a rate no record explains from its kernel value (wall
+    bit/s); that value used to go through the speed parser ("400000000" is not a rate)."""
+    from emulator.faults.model import link_fault
+    plan = load_topology(topology)[1]
+    f = link_fault(plan, "leaf1", "spine1", rate_bps=50 * 10**9 if plan.congestion else 10**8)
+    (derived,) = inject._derive(plan, faults.effects_of(plan, f))
+    assert derived.rate_bps == f.rate_bps
+    assert faults.effects_of(plan, derived) == faults.effects_of(plan, f)
+
+
 @pytest.mark.parametrize("rate, message", [
     (400 * 10**9, r"rate: below the link's speed 400G on shaped lab"),
     (10**7, r"rate: at least 32M on lab .*dilation 4000"),
