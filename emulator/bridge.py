@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import socket
 import struct
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +180,18 @@ def set_stp(plan: Plan, enabled: bool) -> None:
         ipr.link("set", index=br, state="up")
 
     _each_bridge(plan, one)
+
+
+def forget_macs(node: Node, entries: list[tuple[str, str]]) -> None:
+    """Delete learned (mac, port) entries from a switch's bridge; one already gone (aged
+    out meanwhile) is fine."""
+    with netns.entered(node.netns):
+        for mac, port in entries:
+            res = subprocess.run(["bridge", "fdb", "del", mac, "dev", port, "master"],
+                                 capture_output=True, text=True, timeout=10)
+            if res.returncode and "No such file or directory" not in res.stderr:
+                raise RealizeError(f"{node.name}: cannot forget MAC {mac} on {port}: "
+                                   f"{res.stderr.strip()}")
 
 
 def flush_macs(plan: Plan) -> None:

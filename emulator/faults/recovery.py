@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import converge, netns
+from .. import bridge, converge, netns
 from ..errors import ConvergeTimeout
 from ..plan import Kind, Plan
 from . import inject
@@ -64,28 +64,40 @@ def expected_forwarding(plan: Plan, after: dict[str, Any]) -> Widths:
 
 def _tree_macs(plan: Plan, tree: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """Switch -> "mac <host MAC>" -> the port toward that host along `tree` (links forwarding
-    at both ends); hosts with more than one NIC are left out (either NIC's MAC may be seen)."""
-    def fwd(node: str, port: str) -> bool:
-        return tree.get(node, {}).get(port) == "forwarding"
-
+    at both ends), on the switches that carry frames to it: those with another host behind
+    them. One with none (spine2 on the planned l2 tree: only its link to leaf1 forwards)
+    sees that host's frames only as flood copies, which another copy outruns, so a stale
+    entry there loses nothing. Hosts with more than one NIC are left out."""
     out: dict[str, dict[str, str]] = {sw: {} for sw in tree}
     for host in plan.hosts:
-        if len(host.interfaces) != 1 or not fwd(host.interfaces[0].peer, host.interfaces[0].peer_ifname):
-            continue
         nic = host.interfaces[0]
-        key = converge.MAC_KEY + nic.mac
-        out[nic.peer][key] = nic.peer_ifname
-        frontier = [nic.peer]
-        while frontier:
-            nxt = []
-            for sw in frontier:
-                for p in plan.node(sw).interfaces:
-                    if p.fabric and fwd(sw, p.name) and fwd(p.peer, p.peer_ifname) \
-                            and key not in out[p.peer]:
-                        out[p.peer][key] = p.peer_ifname
-                        nxt.append(p.peer)
-            frontier = nxt
+        if len(host.interfaces) == 1 and _forwards(tree, nic.peer, nic.peer_ifname):
+            for sw, port in _toward(plan, tree, host.name, nic.peer, nic.peer_ifname).items():
+                out[sw][converge.MAC_KEY + nic.mac] = port
     return out
+
+
+def _forwards(tree: dict[str, dict[str, str]], node: str, port: str) -> bool:
+    return tree.get(node, {}).get(port) == "forwarding"
+
+
+def _toward(plan: Plan, tree: dict[str, dict[str, str]], host: str, leaf: str,
+            port: str) -> dict[str, str]:
+    """Switch -> its port toward `host` (on `leaf`'s `port`), for the switches with another
+    host behind them on the tree."""
+    toward, order = {leaf: port}, [leaf]
+    for sw in order:  # breadth first from the host's leaf; `order` grows as it goes
+        for p in plan.node(sw).interfaces:
+            if p.fabric and p.peer not in toward and _forwards(tree, sw, p.name) \
+                    and _forwards(tree, p.peer, p.peer_ifname):
+                toward[p.peer] = p.peer_ifname
+                order.append(p.peer)
+    behind = {sw: any(not p.fabric and p.peer != host and _forwards(tree, sw, p.name)
+                      for p in plan.node(sw).interfaces) for sw in order}
+    for sw in reversed(order):  # a switch's hosts are behind every switch nearer the host
+        if behind[sw] and sw != leaf:
+            behind[plan.node(sw).interface(toward[sw]).peer] = True
+    return {sw: p for sw, p in toward.items() if behind[sw]}
 
 
 def mismatched(have: dict[str, Any], want: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -205,8 +217,28 @@ def settle(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: floa
         watch.wait_quiet(event["monotonic"], converge.USER_STABLE_S,
                          max(0.0, deadline - time.monotonic()))
         return
-    watch.wait_for(expected_forwarding(plan, event["after"]),
-                   max(0.0, deadline - time.monotonic()))
+    target = expected_forwarding(plan, event["after"])
+    if not plan.routed:  # l2: the tree first, then the MAC tables it left behind
+        watch.wait_for(_ports_only(target), max(0.0, deadline - time.monotonic()))
+        _forget_stale(plan, watch.current, target)
+    watch.wait_for(target, max(0.0, deadline - time.monotonic()))
+
+
+def _ports_only(target: Widths) -> Widths:
+    return {sw: {k: v for k, v in want.items() if not k.startswith(converge.MAC_KEY)}
+            for sw, want in target.items()}
+
+
+def _forget_stale(plan: Plan, current: Widths, target: Widths) -> None:
+    """Delete the host MACs the switches learned off the settled tree: what 802.1D's
+    topology change (short ageing) is for, and what the kernel's leaves undone when the
+    change ended before the entry aged (measured: an entry on a blocked port outlived a
+    heal by 30 s; the default ageing is 300 s)."""
+    stale = {sw: [(k[len(converge.MAC_KEY):], have) for k, (have, _) in
+                  mismatched(current.get(sw, {}), want).items() if have is not None]
+             for sw, want in target.items()}
+    netns.parallel(lambda sw: bridge.forget_macs(plan.node(sw), stale[sw]),
+                   [sw for sw, entries in stale.items() if entries])
 
 
 def fail_settled(plan: Plan, fault: Fault, timeout_s: float,
