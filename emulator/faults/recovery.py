@@ -66,8 +66,8 @@ def _tree_macs(plan: Plan, tree: dict[str, dict[str, str]]) -> dict[str, dict[st
     """Switch -> "mac <host MAC>" -> the port toward that host along `tree` (links forwarding
     at both ends), on the switches that carry frames to it: those with another host behind
     them. One with none (spine2 on the planned l2 tree: only its link to leaf1 forwards)
-    sees that host's frames only as flood copies, which another copy outruns, so a stale
-    entry there loses nothing. Hosts with more than one NIC are left out."""
+    sees that host's frames only as flood copies, and the copy the tree carries reaches the
+    host, so a stale entry there loses nothing. Hosts with more than one NIC are left out."""
     out: dict[str, dict[str, str]] = {sw: {} for sw in tree}
     for host in plan.hosts:
         nic = host.interfaces[0]
@@ -104,9 +104,10 @@ def mismatched(have: dict[str, Any], want: dict[str, Any]) -> dict[str, tuple[An
     """Where one router's or switch's forwarding state differs from `want` (an entry of
     `expected_forwarding`): key -> (have, want); {} is settled. The one definition `fail`
     and `heal` wait for and `status` calls converged: every expected ECMP width or STP port
-    state holds, and every host MAC a switch has learned points along the tree (one it has
-    not learned is flooded, which reaches the host; one learned before the tree moved
-    sends the host's frames where they are dropped until it ages out). Pure."""
+    state holds, and every host MAC the target lists for a switch (`_tree_macs`) that it
+    has learned points along the tree (one it has not learned is flooded, which reaches
+    the host; one learned before the tree moved sends the host's frames where they are
+    dropped until it ages out). Pure."""
     return {k: (have.get(k), w) for k, w in want.items()
             if have.get(k) != w and not (k.startswith(converge.MAC_KEY) and k not in have)}
 
@@ -235,7 +236,8 @@ def _forget_stale(plan: Plan, current: Widths, target: Widths) -> None:
     change ended before the entry aged (measured: an entry on a blocked port outlived a
     heal by 30 s; the default ageing is 300 s)."""
     stale = {sw: [(k[len(converge.MAC_KEY):], have) for k, (have, _) in
-                  mismatched(current.get(sw, {}), want).items() if have is not None]
+                  mismatched(current.get(sw, {}), want).items()
+                  if k.startswith(converge.MAC_KEY) and have is not None]
              for sw, want in target.items()}
     netns.parallel(lambda sw: bridge.forget_macs(plan.node(sw), stale[sw]),
                    [sw for sw, entries in stale.items() if entries])

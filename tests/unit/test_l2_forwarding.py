@@ -54,6 +54,7 @@ def test_heal_deletes_only_the_host_macs_learned_off_the_settled_tree(plan, monk
     current = {sw: converge.bridge_forwarding(plan, _read(plan, sw, {})) for sw in want}
     current["leaf1"] = converge.bridge_forwarding(plan, _read(plan, "leaf1", {d3: "spine2", p1: "prefill1"}))
     current["spine2"] = converge.bridge_forwarding(plan, _read(plan, "spine2", {d3: "leaf2"}))
+    current["leaf2"]["spine2"] = "listening"  # a port moving again meanwhile: not a MAC
     recovery._forget_stale(plan, current, want)
     assert gone == {"leaf1": [(d3, "spine2")]}
 
