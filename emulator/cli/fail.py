@@ -111,7 +111,7 @@ TIMEOUT = click.FloatRange(min=0)
 @click.option("--corrupt", metavar="PCT", help="Gray: alter this share of the RoCE frames in "
               "each direction, so the receiver's ICRC check fails and it drops them.")
 @click.option("--rate", metavar="SPEED", help="Gray: each end sends at most this (10G, 500M): a "
-              "degraded optic (HTB; not on a shaped lab).")
+              "degraded optic (HTB; on a shaped lab real-equivalent, shaped at SPEED / D).")
 @click.option("--period", default="2s", show_default=True, metavar="DURATION", callback=duration_option,
               help="flap: one down+up cycle (down for its first half).")
 @click.option("--count", default=5, show_default=True, type=click.IntRange(min=1), help="flap: cycles.")
