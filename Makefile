@@ -3,9 +3,10 @@ SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rocelab-installed
+VSTAMP := $(VENV)/.rocelab-venv
 TOPOLOGY ?= topologies/clos-2x4.yaml
 
-.PHONY: setup demo lint test test-quick fuzz test-integration bench golden docs-images clean down-all
+.PHONY: setup venv demo lint test test-quick fuzz test-integration bench golden docs-images clean down-all
 
 setup: $(STAMP)
 	@scripts/setup-system.sh
@@ -13,6 +14,12 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@scripts/setup-system.sh
+	@$(MAKE) --no-print-directory venv
+	@touch $@
+
+venv: $(VSTAMP)  ## the virtualenv alone (no root, no apt): all the unit tests need
+
+$(VSTAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
 	@$(PY) -m pip install -q -e '.[test]'
@@ -25,17 +32,17 @@ lint: setup  ## ruff over the tree, mypy over the pure modules (both configured 
 	$(VENV)/bin/ruff check emulator tests
 	$(VENV)/bin/mypy
 
-test: lint  ## lint, then unit + integration tests and the example suite (root)
-	$(PY) -m pytest tests examples -m "not slow" --durations=25
+test: lint  ## lint, then unit tests (first: a failure stops the run) + integration + examples (root)
+	$(PY) -m pytest tests examples --durations=25
 
-fuzz: setup  ## property-based fuzz of topology and experiment files: many examples, fresh randomness
-	ROCELAB_FUZZ_EXAMPLES=3000 ROCELAB_FUZZ_RANDOM=1 $(PY) -m pytest tests/unit/test_fuzz.py
+fuzz: setup  ## property-based fuzz of topology and experiment files and of the command line: many examples, fresh randomness
+	ROCELAB_FUZZ_EXAMPLES=3000 ROCELAB_FUZZ_RANDOM=1 $(PY) -m pytest tests/unit/test_fuzz.py tests/unit/test_cli_fuzz.py
 
-test-quick: setup  ## no-root unit tests only
+test-quick: venv  ## no-root unit tests only: needs the virtualenv, not root or apt
 	$(PY) -m pytest tests/unit
 
 test-integration: setup
-	$(PY) -m pytest tests/integration -m "not slow"
+	$(PY) -m pytest tests/integration
 
 bench: setup  ## performance figures as JSON, with same-run baselines
 	$(PY) -m emulator.bench

@@ -29,6 +29,7 @@ from . import converge, faults, frr, lab, state, status, workload
 from .engine.job import TransferResult
 from .errors import LabNotFoundError, RocelabError
 from .faults import FaultEvent, HealEvent
+from .names import check_lab
 from .paths import ENV_TAG
 from .plan import Kind, Node, Plan
 from .spec import Topology
@@ -43,7 +44,7 @@ class Lab:
     """A running lab: its name, its plan (`lab.plan`) and what can be done to it."""
 
     def __init__(self, name: str):
-        self.name = name
+        self.name = check_lab(name, "name")  # before any path or namespace is built from it
         self.plan: Plan = state.lab_plan(name)
         self.topology: Topology = state.lab_topology(name)
 
@@ -54,13 +55,16 @@ class Lab:
     def up(cls, topology: str | Path | Mapping[str, Any], name: str | None = None, *,
            timeout_s: float = lab.DEFAULT_TIMEOUT_S, keep: bool = False,
            progress: Progress | None = None, templates: str | Path | None = None,
-           metrics: str | None = None) -> Iterator[Lab]:
+           metrics: str | None = None, expose_metrics: bool = False) -> Iterator[Lab]:
         """Bring a lab up (converged) for the `with` block; down afterwards unless `keep`.
         `templates`: a directory of FRR templates before rocelab's (`up --templates`);
-        `metrics`: ADDRESS:PORT to serve its Prometheus /metrics on (`up --metrics`)."""
+        `metrics`: ADDRESS:PORT to serve its Prometheus /metrics on (`up --metrics`; a
+        non-loopback address only with `expose_metrics`, as `--expose-metrics`)."""
+        if name is not None:
+            check_lab(name, "name")
         result = lab.up(topology, name=name, timeout_s=timeout_s,
                         progress=progress or (lambda _: None), templates=templates,
-                        metrics=metrics)
+                        metrics=metrics, expose_metrics=expose_metrics)
         try:
             yield cls(result.plan.lab)
         finally:
@@ -69,7 +73,8 @@ class Lab:
 
     @classmethod
     def attach(cls, name: str) -> Lab:
-        """A lab that is already running (brought up by `rocelab up` or another process)."""
+        """A lab that is already running (brought up by `rocelab up` or another process).
+        BadNameError if `name` is not a lab name (names.py): "" is not "the only lab"."""
         return cls(name)
 
     def down(self) -> lab.DownResult:

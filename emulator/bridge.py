@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import socket
 import struct
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,9 +142,12 @@ def bridge_state(node: Node, l2: L2Plan) -> dict[str, Any]:
         fdb = [n for n in ipr.get_neighbours(family=socket.AF_BRIDGE)
                if n.get_attr("NDA_MASTER") == br_index or n["ifindex"] in on_bridge]
     learned = [n for n in fdb if not n["state"] & 0x80]  # NUD_PERMANENT: the ports' own MACs
+    names = {i: links[i].get_attr("IFLA_IFNAME") for i in on_bridge}
     return {"root": _bridge_id(root_id), "bridge_id": _bridge_id(own_id),
             "is_root": root_id == own_id, "ports": ports,
-            "macs_learned": len(learned), "mac_table_limit": l2.mac_table_limit}
+            "macs_learned": len(learned), "mac_table_limit": l2.mac_table_limit,
+            "fdb": {n.get_attr("NDA_LLADDR"): names[n["ifindex"]] for n in learned
+                    if n["ifindex"] in names}}  # learned MAC -> the port it was seen on
 
 
 def _bridge_id(v: Any) -> str:
@@ -176,6 +180,18 @@ def set_stp(plan: Plan, enabled: bool) -> None:
         ipr.link("set", index=br, state="up")
 
     _each_bridge(plan, one)
+
+
+def forget_macs(node: Node, entries: list[tuple[str, str]]) -> None:
+    """Delete learned (mac, port) entries from a switch's bridge; one already gone (aged
+    out meanwhile) is fine."""
+    with netns.entered(node.netns):
+        for mac, port in entries:
+            res = subprocess.run(["bridge", "fdb", "del", mac, "dev", port, "master"],
+                                 capture_output=True, text=True, timeout=10)
+            if res.returncode and "No such file or directory" not in res.stderr:
+                raise RealizeError(f"{node.name}: cannot forget MAC {mac} on {port}: "
+                                   f"{res.stderr.strip()}")
 
 
 def flush_macs(plan: Plan) -> None:

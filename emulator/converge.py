@@ -195,12 +195,23 @@ def read_bridge(plan: Plan, node: Node) -> dict[str, Any]:
         return bridge.bridge_state(node, plan.l2)
 
 
-def stp_states_of(plan: Plan, node: Node) -> dict[str, str]:
-    """A switch's bridge ports and their STP states ({} if its namespace is gone)."""
+MAC_KEY = "mac "  # in a switch's forwarding state: "mac <host MAC>" -> the port it was learned on
+
+
+def bridge_forwarding(plan: Plan, st: dict[str, Any]) -> dict[str, str]:
+    """A switch's forwarding state from a `read_bridge`: each port's STP state, and the port
+    each lab host's MAC was learned on (where frames to that host go; other MACs left out)."""
+    hosts = {i.mac for h in plan.hosts for i in h.interfaces}
+    return {p.port: p.state for p in st["ports"]} | {
+        MAC_KEY + mac: port for mac, port in st.get("fdb", {}).items() if mac in hosts}
+
+
+def bridge_forwarding_of(plan: Plan, node: Node) -> dict[str, str]:
+    """`bridge_forwarding` read from a switch ({} if its namespace is gone)."""
     if not netns.exists(node.netns):
         return {}
     try:
-        return {p.port: p.state for p in read_bridge(plan, node)["ports"]}
+        return bridge_forwarding(plan, read_bridge(plan, node))
     except (RocelabError, OSError):
         return {}
 

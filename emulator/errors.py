@@ -107,6 +107,13 @@ class IntegrityError(EngineError):
     exit_code = ExitCode.INTEGRITY_FAILED
 
 
+class BadNameError(RocelabError):
+    """A lab or node name that breaks the topology's name rules (names.py): nothing is
+    looked up or touched with it. On the command line it is a bad argument (64)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class TooLongError(RocelabError):
     """A transfer that cannot finish within its time bound (`--max-duration`): refused
     before it starts, like any other bad option."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from . import render
+from . import outfile, render
 from .errors import RocelabError
 from .plan import Kind, Node, Plan
 from .spec import EcmpHash, FabricMode
@@ -292,12 +292,12 @@ def write(export: Export, out: Path) -> list[Path]:
         d.rmdir()  # empty: earlier_export refused anything it did not own
     if (out / CONFIGS).is_dir():
         (out / CONFIGS).rmdir()
-    out.mkdir(parents=True, exist_ok=True)
+    outfile.make_dir(out)
     written = []
     for rel, text in export.files.items():
         target = out / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        outfile.make_dir(target.parent)
+        outfile.write_text(target, text)
         if rel in export.executable:
             target.chmod(0o755)
         written.append(target)

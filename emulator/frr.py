@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import netns
+from . import netns, rundirs
 from .errors import FrrConfigError, RealizeError, RocelabError
 from .paths import FRR_BIN_DIR, lab_run_dir, node_run_dir
 from .plan import Node, Plan
@@ -32,6 +32,10 @@ FRR_USER = "frr"
 ZSERV = "zserv.api"
 START_TIMEOUT_S = 10.0
 VTYSH_TIMEOUT_S = 10.0
+# vtysh's own file in a router's run dir (its --config_dir): `write memory` saves the
+# running config into the run dir's frr.conf, as it would on a router with Debian's FRR.
+VTYSH_CONF = "vtysh.conf"
+VTYSH_CONF_TEXT = "service integrated-vtysh-config\n"
 
 
 @dataclass(frozen=True)
@@ -44,27 +48,30 @@ class Daemon:
 def prepare_run_dirs(plan: Plan, rendered: Rendered) -> None:
     """Write configs into per-node run dirs that user `frr` can use.
 
-    FRR drops privileges to `frr`, so its dirs are owned by frr and every
-    parent must be world-searchable (a 0700 mkdtemp breaks it).
+    FRR drops privileges to `frr`, so its dirs are owned by frr (0700) and it must pass
+    through every parent: the lab's dir lets group frr through (0710 root:frr), the run
+    root and above must let others through and are checked, never chmodded (rundirs).
+    The configs (a snippet may hold a BGP password) are 0640 frr:frr.
     """
     try:
         uid, gid = pwd.getpwnam(FRR_USER).pw_uid, grp.getgrnam(FRR_USER).gr_gid
     except KeyError:
         raise RealizeError("user 'frr' does not exist: is FRR installed? (make setup)") from None
     lab_dir = lab_run_dir(plan.lab)
-    lab_dir.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    lab_dir.mkdir(mode=0o755, exist_ok=True)
-    for p in (lab_dir.parent, lab_dir):
-        p.chmod(0o755)
+    rundirs.make_dirs(lab_dir.parent, rundirs.RUN_ROOT_MODE)
+    rundirs.make_private_dir(lab_dir, exist_ok=True)
+    if plan.frr_nodes:  # (an L2 lab runs no FRR: its dir stays 0700 root)
+        rundirs.share_with_frr(lab_dir)
     for node in plan.frr_nodes:
         d = node_run_dir(plan.lab, node.name)
-        d.mkdir(mode=0o755, exist_ok=True)
+        rundirs.make_private_dir(d, exist_ok=True)
         os.chown(d, uid, gid)
-        texts = dict(rendered.files[node.name])
+        texts = dict(rendered.files[node.name]) | {VTYSH_CONF: VTYSH_CONF_TEXT}
         texts.update({u.file: u.text for u in rendered.user.get(node.name, ())})
         for name, text in texts.items():
             f = d / name
             f.write_text(text)
+            os.chmod(f, rundirs.FRR_FILE_MODE)
             os.chown(f, uid, gid)
 
 
@@ -81,7 +88,7 @@ def daemon_argv(plan: Plan, node: Node, daemon: str) -> list[str]:
 
 def _spawn(plan: Plan, node: Node, daemon: str) -> subprocess.Popen[bytes]:
     d = node_run_dir(plan.lab, node.name)
-    with netns.entered(node.netns), open(d / f"{daemon}.out", "wb") as out:
+    with netns.entered(node.netns), rundirs.open_private(d / f"{daemon}.out", append=False) as out:
         return subprocess.Popen(
             daemon_argv(plan, node, daemon), env=base_env(plan.lab), cwd=d,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -122,8 +129,17 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
     return time.process_time() - cpu0
 
 
+def vtysh_argv(lab: str, node: str) -> list[str]:
+    """vtysh confined to one router's run dir: its daemons' vty sockets, and its config
+    directory. Without --config_dir vtysh reads /etc/frr/vtysh.conf (Debian's sets
+    `service integrated-vtysh-config`) and `write memory` writes the host's
+    /etc/frr/frr.conf; with it, the router's own frr.conf (and frr.conf.sav) there."""
+    d = str(node_run_dir(lab, node))
+    return ["vtysh", "--vty_socket", d, "--config_dir", d]
+
+
 def vtysh(lab: str, node: str, command: str, daemon: str | None = None) -> str:
-    argv = ["vtysh", "--vty_socket", str(node_run_dir(lab, node))]
+    argv = vtysh_argv(lab, node)
     if daemon:
         argv += ["-d", daemon]
     argv += ["-c", command]
@@ -260,7 +276,7 @@ def apply_file(plan: Plan, node: Node, u: UserConfig) -> None:
     commands = config_lines(u.text)
     if not commands:
         return
-    argv = ["vtysh", "--vty_socket", str(node_run_dir(plan.lab, node.name)), "-E"]
+    argv = [*vtysh_argv(plan.lab, node.name), "-E"]
     chunk = ["configure terminal"]
     for _, line in commands:
         if sum(len(c) + 1 for c in chunk) + len(line) > MAX_ARG:

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import converge, estimate, expectations, frr, neighbours, netns, state
+from . import converge, estimate, expectations, frr, neighbours, netns, rundirs, state
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, RocelabError, SpecError
-from .paths import lab_run_dir
+from .names import check_lab
+from .paths import lab_run_dir, own_run_dir
 from .plan import Plan, compile_plan
 from .realize import realize
 from .render import Rendered, render
@@ -74,7 +75,7 @@ def load_topology(source: str | Path | Mapping[str, Any], name: str | None = Non
     where = str(source) if from_file else "<dict>"
     topo = load(source) if from_file else parse(dict(source), where)  # type: ignore[arg-type]
     if name is not None:
-        topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name}")
+        topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name!r}")
     try:
         plan = compile_plan(topo, where)
         expectations.check(topo, plan, where)  # the `validate:` block names real nodes
@@ -91,10 +92,12 @@ def rendered_lab(name: str) -> tuple[Plan, Rendered]:
 
 
 def _claim_run_dir(lab: str) -> None:
-    """Create the lab's run dir exclusively: the lock against a second `up` of the same name."""
-    lab_run_dir(lab).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    """Create the lab's run dir exclusively: the lock against a second `up` of the same name.
+    0700 (rundirs: FRR's group may pass through it once daemons start); the run root is made
+    0755 only if rocelab creates it."""
+    rundirs.make_dirs(lab_run_dir(lab).parent, rundirs.RUN_ROOT_MODE)
     try:
-        lab_run_dir(lab).mkdir(mode=0o755)
+        rundirs.make_private_dir(lab_run_dir(lab))
     except FileExistsError:
         raise LabExistsError(f"lab {lab} already exists (or a crash left it): "
                              f"run `rocelab down {lab}` first") from None
@@ -109,14 +112,16 @@ def _refuse_existing(plan: Plan) -> None:
 
 def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
        progress: Progress = _quiet, raise_neigh_limit: bool = False,
-       templates: str | Path | None = None, metrics: str | None = None) -> UpResult:
+       templates: str | Path | None = None, metrics: str | None = None,
+       expose_metrics: bool = False) -> UpResult:
     """`metrics`: ADDRESS:PORT to serve the lab's /metrics on (port 0: a free one), from
-    an exporter process started with the lab and stopped by its `down`."""
+    an exporter process started with the lab and stopped by its `down`; a non-loopback
+    address only with `expose_metrics` (`up --expose-metrics`)."""
     # every config exists before any kernel object
     topo, plan, rendered = load_topology(path, name, templates)
     require_root()
     if metrics is not None:
-        check_listen(metrics)  # a taken port or a foreign address: refused before anything exists
+        check_listen(metrics, expose_metrics)  # refused before anything exists
     frr.check_user_configs(plan, rendered)  # FRR's parser on the user's own config: exit 2
     _refuse_existing(plan)
     est = estimate.check(plan)  # exit 12 when the machine cannot hold it
@@ -151,15 +156,15 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         progress(f"creating {len(plan.nodes)} namespaces and {len(plan.links)} links")
         exporter = None
         if metrics is not None:  # its start-up (imports) overlaps the build; waited for below
-            exporter = start_exporter(plan, metrics)
-            undo.callback(state.kill_pids, [exporter.pid])
+            exporter = start_exporter(plan, metrics, expose_metrics)
+            undo.callback(state.kill_pids, [exporter.pid], plan.lab)
         realize(plan, undo)
         if exporter is not None and exporter.poll() is not None:  # it failed: say so now
             wait_exporter(plan, exporter)
         if plan.congestion:  # shaped ports, ECN, PFC: one controller owns the BPF dataplane
             progress(f"shaping ports at {plan.congestion.rate_bps / 1e6:g} Mbit/s "
                      f"(dilation {plan.congestion.dilation:g}), loading the BPF dataplane")
-            undo.callback(state.kill_pids, [start_controller(plan)])
+            undo.callback(state.kill_pids, [start_controller(plan)], plan.lab)
         marks["realized"] = time.monotonic()
         daemons, marks["spawn_cpu_s"] = _start_daemons(plan, rendered, undo, progress)
         record["daemons"] = [d.__dict__ for d in daemons]
@@ -186,11 +191,13 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
     return UpResult(plan, timings, daemons)
 
 
-def check_listen(listen: str) -> None:
-    """The exporter could listen at ADDRESS:PORT now (a local address, a free port)."""
-    from .metrics.exporter import Listen
+def check_listen(listen: str, expose: bool = False) -> None:
+    """The exporter could listen at ADDRESS:PORT now (a local address, a free port), and
+    a non-loopback address is asked for (`expose`)."""
+    from .metrics.exporter import EXPOSE_FLAGS, Listen
 
     where = Listen.parse(listen)
+    where.check_exposure(expose, EXPOSE_FLAGS["up"])
     family = socket.AF_INET6 if ":" in where.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server binds
@@ -202,16 +209,17 @@ def check_listen(listen: str) -> None:
                                ) from None
 
 
-def start_exporter(plan: Plan, listen: str) -> subprocess.Popen[bytes]:
+def start_exporter(plan: Plan, listen: str, expose: bool = False) -> subprocess.Popen[bytes]:
     """The lab's exporter (emulator/metrics/exporter.py): in the root namespace, with the
     lab's tag, in a session of its own (a Ctrl-C at the terminal is for `up`, not it)."""
     run_dir = lab_run_dir(plan.lab)
-    with open(run_dir / "exporter.log", "ab") as log:
+    with rundirs.open_private(run_dir / "exporter.log") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "emulator.metrics.exporter", "--lab", plan.lab,
-             "--listen", listen, "--ready", str(run_dir / EXPORTER_FILE)],
+             "--listen", listen, "--ready", str(run_dir / EXPORTER_FILE),
+             *(["--expose"] if expose else [])],
             env=state.base_env(plan.lab), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            stderr=subprocess.STDOUT, start_new_session=True, umask=0o077)
 
 
 def wait_exporter(plan: Plan, proc: subprocess.Popen[bytes],
@@ -249,14 +257,14 @@ def stop_exporter(lab: str) -> int | None:
     pid = info.get("pid") if info else None
     if not isinstance(pid, int) or state.process_tag(pid) != lab:
         return None
-    state.kill_pids([pid])
+    state.kill_pids([pid], lab)
     return pid
 
 
 def kill_tagged(lab: str) -> list[int]:
     """Stop every process carrying this lab's tag (by PID, from /proc); their PIDs."""
     pids = [pid for pid, tag in state.tagged_processes().items() if tag == lab]
-    state.kill_pids(pids)
+    state.kill_pids(pids, lab)
     return pids
 
 
@@ -303,7 +311,7 @@ def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
                  + (f" (forward delay {plan.l2.forward_delay_s} s: ports forward after "
                     f"{2 * plan.l2.forward_delay_s} s)" if plan.l2 and plan.l2.stp else ""))
     started: list[frr.Daemon] = []
-    undo.callback(lambda: state.kill_pids([d.pid for d in started]))
+    undo.callback(lambda: state.kill_pids([d.pid for d in started], plan.lab))
     return started, frr.start_all(plan, started)
 
 
@@ -325,6 +333,7 @@ class DownResult:
     processes: int
     namespaces: int
     run_dir: bool
+    notes: list[str] = field(default_factory=list)  # what was left as it was, and why
 
     @property
     def found(self) -> bool:
@@ -332,8 +341,11 @@ class DownResult:
 
 
 def down(lab: str) -> DownResult:
-    """Remove a lab: its tagged processes, then its namespaces, then its run dir."""
+    """Remove a lab: its tagged processes, then its namespaces, then its run dir.
+    `lab` must be a lab name (names.py): nothing is looked up or removed with any other."""
+    check_lab(lab)
     require_root()
+    run_dir = own_run_dir(lab)  # first: a symlinked run dir is refused before anything is read
     record = state.read(lab) or {}
     exporter = stop_exporter(lab)  # first: it reads every namespace about to go
     pids = kill_tagged(lab) + ([exporter] if exporter else [])
@@ -341,13 +353,13 @@ def down(lab: str) -> DownResult:
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
     names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}
     netns.parallel(netns.remove, sorted(names))
-    run_dir = lab_run_dir(lab)
-    had_dir = run_dir.exists()
-    shutil.rmtree(run_dir, ignore_errors=True)
-    neighbours.restore_if_idle()  # the last lab: a raised neighbour limit goes back
-    return DownResult(lab, len(pids), len(names), had_dir)
+    if run_dir is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    notes = neighbours.restore_if_idle()  # the last lab: a raised neighbour limit goes back
+    return DownResult(lab, len(pids), len(names), run_dir is not None, notes)
 
 
-def down_all() -> list[DownResult]:
+def down_all(prefix: str = "") -> list[DownResult]:
+    """`down` every lab on this machine, or only those whose name starts with prefix."""
     require_root()
-    return [down(lab) for lab in sorted(state.known_labs())]
+    return [down(lab) for lab in sorted(state.known_labs()) if lab.startswith(prefix)]

@@ -24,13 +24,16 @@ permanent entries (the kernel flushes them), so healing one pins them again.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from . import state
+from . import rundirs, state
 from .errors import HostLimitError
 from .paths import RUN_ROOT
 from .plan import Node, Plan
@@ -38,7 +41,7 @@ from .spec import Addressing, FabricMode
 
 FAMILIES = ("ipv4", "ipv6")
 NAMES = {"ipv4": "IPv4 (ARP)", "ipv6": "IPv6"}
-SYSCTL = "/proc/sys/net/{family}/neigh/default/gc_thresh3"
+SYSCTL = "/proc/sys/net/{family}/neigh/default/gc_thresh3"  # unit tests: a directory of theirs
 STATS = {"ipv4": "/proc/net/stat/arp_cache", "ipv6": "/proc/net/stat/ndisc_cache"}
 HEADROOM = 1.25  # raise to this much more than needed: hosts add entries of their own
 
@@ -153,39 +156,76 @@ def record_path() -> Path:
     return RUN_ROOT / "neigh-limits.json"  # beside every lab's run dir (a file: not a lab)
 
 
+def _lock_path() -> Path:
+    return record_path().parent  # the run root itself: no lock file left lying about
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """The record's read-modify-write, one process at a time (two `up`s, an `up` and the
+    last `down`): an exclusive flock on the run root directory (the record itself is
+    replaced by a rename, so it cannot carry the lock)."""
+    rundirs.make_dirs(_lock_path(), rundirs.RUN_ROOT_MODE)
+    fd = os.open(_lock_path(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes
+        yield
+    finally:
+        os.close(fd)
+
+
 def raise_for(plan: Plan) -> dict[str, int]:
     """Raise gc_thresh3 (and gc_thresh2 to match) where the lab needs it; the first
-    originals are recorded so the last `down` restores them. Returns what was raised."""
-    need, have, used = needed(plan), limits(), counted_in_use()
-    record = _load()
-    raised = {}
-    for fam in FAMILIES:
-        want = fit(used[fam] + need[fam])
-        if want <= have[fam]:
-            continue
-        thresh2 = _read_int(_sysctl2(fam))
-        record.setdefault(fam, {"gc_thresh3": have[fam], "gc_thresh2": thresh2})
-        _save(record)  # before the write: a crash right after still restores
-        _write(_sysctl2(fam), max(thresh2, want // 2))
-        _write(SYSCTL.format(family=fam), want)
-        raised[fam] = want
+    originals are recorded, with the values rocelab wrote, so the last `down` restores
+    them (unless someone changed them since). Returns what was raised."""
+    need = needed(plan)
+    with _locked():
+        have, used, record = limits(), counted_in_use(), _load()  # corrupt: exit 12
+        raised = {}
+        for fam in FAMILIES:
+            want = fit(used[fam] + need[fam])
+            if want <= have[fam]:
+                continue
+            thresh2 = _read_int(_sysctl2(fam))
+            entry = record.setdefault(fam, {"gc_thresh3": have[fam], "gc_thresh2": thresh2})
+            entry["set"] = {"gc_thresh3": want, "gc_thresh2": max(thresh2, want // 2)}
+            _save(record)  # before the write: a crash right after still restores
+            _write(_sysctl2(fam), entry["set"]["gc_thresh2"])
+            _write(SYSCTL.format(family=fam), want)
+            raised[fam] = want
     return raised
 
 
-def restore() -> dict[str, int]:
-    """Put back the recorded originals and forget them (the last lab is gone)."""
-    record = _load()
+def restore() -> list[str]:
+    """Put back the recorded originals and forget them (the last lab is gone). A value
+    changed since rocelab wrote it is left as it is. One line for each thing not done."""
+    with _locked():
+        return _restore()
+
+
+def restore_if_idle() -> list[str]:
+    """restore(), if no lab is left on the host (asked under the record's lock)."""
+    with _locked():
+        return [] if state.known_labs() else _restore()
+
+
+def _restore() -> list[str]:
+    try:
+        record = _load()
+    except CorruptRecord as e:
+        return [str(e)]
+    notes = []
     for fam, orig in record.items():
-        _write(SYSCTL.format(family=fam), orig["gc_thresh3"])
-        _write(_sysctl2(fam), orig["gc_thresh2"])
+        for key, path in (("gc_thresh3", SYSCTL.format(family=fam)), ("gc_thresh2", _sysctl2(fam))):
+            wrote = orig.get("set", {}).get(key)  # None: a record of an older rocelab
+            now = _read_int(path)
+            if wrote is not None and now != wrote:
+                notes.append(f"net.{fam}.neigh.default.{key} is {now}, not the {wrote} rocelab "
+                             f"set: changed since, so left as it is (it was {orig[key]} before)")
+            else:
+                _write(path, orig[key])
     record_path().unlink(missing_ok=True)
-    return {fam: orig["gc_thresh3"] for fam, orig in record.items()}
-
-
-def restore_if_idle() -> None:
-    """restore(), if no lab is left on the host."""
-    if not state.known_labs():
-        restore()
+    return notes
 
 
 def _sysctl2(fam: str) -> str:
@@ -197,13 +237,44 @@ def _write(path: str, value: int) -> None:
         f.write(str(value))
 
 
-def _load() -> dict[str, dict[str, int]]:
+class CorruptRecord(HostLimitError):
+    """The record of the originals cannot be read: it is moved aside, nothing restored."""
+
+
+def _load() -> dict[str, dict]:
+    """The record ({} if none); a corrupt one is kept aside and CorruptRecord raised."""
     try:
-        return json.loads(record_path().read_text())
-    except (OSError, ValueError):
+        text = record_path().read_text()
+    except FileNotFoundError:
         return {}
+    try:
+        record = json.loads(text)
+        _check_record(record)
+        return record
+    except ValueError as e:
+        aside = record_path().with_suffix(".json.corrupt")
+        record_path().replace(aside)
+        raise CorruptRecord(
+            f"the neighbour-limit record {record_path()} is corrupt ({e}); kept as {aside}, "
+            "nothing restored: set net.ipv4/ipv6.neigh.default.gc_thresh3 (now "
+            f"{'/'.join(str(v) for v in limits().values())}) and gc_thresh2 back by hand "
+            "(the kernel's defaults: 1024 and 512)") from None
 
 
-def _save(record: dict[str, dict[str, int]]) -> None:
-    record_path().parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    record_path().write_text(json.dumps(record) + "\n")
+def _check_record(record: object) -> None:
+    """ValueError unless {family: {"gc_thresh3": int, "gc_thresh2": int[, "set": {...}]}}."""
+    if not isinstance(record, dict) or not set(record) <= set(FAMILIES):
+        raise ValueError("not a mapping of ipv4/ipv6")
+    for entry in record.values():
+        sets = entry.get("set", {}) if isinstance(entry, dict) else None
+        if not isinstance(sets, dict) or not all(
+                isinstance(d.get(k), int) for d in (entry, *([sets] if sets else []))
+                for k in ("gc_thresh3", "gc_thresh2")):
+            raise ValueError("an entry lacks integer gc_thresh3/gc_thresh2")
+
+
+def _save(record: dict[str, dict]) -> None:
+    rundirs.make_dirs(record_path().parent, rundirs.RUN_ROOT_MODE)
+    tmp = record_path().with_suffix(".tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    tmp.replace(record_path())  # atomic: a crash never leaves half a record

@@ -67,7 +67,10 @@ class LabFactory:
     def __call__(self, topology: str | Path | Mapping[str, Any], name: str | None = None,
                  **options: Any) -> Any:
         from .api import Lab
+        from .names import check_lab
 
+        if name is not None:
+            check_lab(name, "name")  # a bad name fails the test, even where labs would skip
         key = (json.dumps(topology, sort_keys=True) if isinstance(topology, Mapping)
                else str(Path(topology).resolve()), name)
         if key not in self._labs:

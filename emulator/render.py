@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2.sandbox import SandboxedEnvironment
 
+from . import boundedread, outfile
 from .errors import RocelabError, SpecError
 from .paths import TEMPLATES_DIR, node_run_dir
 from .plan import Homing, Kind, Node, Plan
+from .spec import MAX_FILE_BYTES
 
 RA_INTERVAL_S = 1  # fast peer discovery for BGP unnumbered; lab links are cheap
 FRR_VERSION = "8.4.4"  # the FRR rocelab is tested with (the reference machine's); informational
@@ -78,10 +81,12 @@ def daemons_for(plan: Plan, node: Node) -> list[str]:
 
 
 def _environment(templates: Path | None = None) -> jinja2.Environment:
+    """Sandboxed: a user's template (run as root by `up`) reaches only the plan's data,
+    never Python's internals (`''.__class__.__mro__`, func_globals, ...)."""
     loaders = [jinja2.FileSystemLoader(str(TEMPLATES_DIR))]
     if templates is not None:  # the user's first; a template they lack is ours
         loaders.insert(0, jinja2.FileSystemLoader(str(templates)))
-    return jinja2.Environment(
+    return SandboxedEnvironment(
         loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -101,6 +106,10 @@ def template_dir(templates: str | Path) -> Path:
         if f.name not in ours:
             raise SpecError(str(f), "--templates", f"replaces no template of ours; ours are "
                             f"{', '.join(ours)} (frr-templates/)")
+        try:  # Jinja2 reads it whole, as root: a FIFO or /dev/zero must not get that far
+            boundedread.read_bytes(f, MAX_FILE_BYTES)
+        except (OSError, ValueError) as e:
+            raise SpecError(str(f), "--templates", f"cannot read: {e}") from None
     return d
 
 
@@ -131,9 +140,9 @@ def read_frr_configs(plan: Plan) -> dict[str, tuple[str, str]]:
     for node in plan.frr_nodes:
         f = base / node.name / INTEGRATED
         if f.is_file():
-            try:
-                out[node.name] = (str(f), f.read_text())
-            except (OSError, UnicodeDecodeError) as e:
+            try:  # regular, and at most 1 MiB read (read as root: boundedread)
+                out[node.name] = (str(f), boundedread.read_bytes(f, MAX_FILE_BYTES).decode())
+            except (OSError, UnicodeDecodeError, ValueError) as e:
                 raise SpecError(str(f), "frr_configs", f"cannot read: {e}") from None
     return out
 
@@ -347,13 +356,12 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
         f.unlink()
     for d in sorted({f.parent for f in old} - {out}):
         d.rmdir()  # empty: earlier_render refused anything it did not own
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "plan.json"]
-    written[0].write_text(rendered.plan_json)
+    outfile.make_dir(out)
+    written = [outfile.write_text(out / "plan.json", rendered.plan_json)]
     for node, files in rendered.files.items():
         for name, text in files.items():
             target = out / node / name
-            target.parent.mkdir(exist_ok=True)
-            target.write_text(text)
+            outfile.make_dir(target.parent)
+            outfile.write_text(target, text)
             written.append(target)
     return written

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import frr, netns, state
+from . import frr, netns, outfile, state
 from .errors import RocelabError
 from .paths import RUN_ROOT
 from .plan import Plan
@@ -164,16 +164,16 @@ def save(lab: str, out: Path) -> Saved:
         f.unlink()
     for d in sorted({f.parent for f in old} - {out}):
         d.rmdir()
-    out.mkdir(parents=True, exist_ok=True)
+    outfile.make_dir(out)
     head = [f"{MARKER} {lab} (from {record.get('topology', '?')}) at "
             f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
             f"# `rocelab up {out / TOPOLOGY}` rebuilds it with these running FRR configurations",
             "# (frr_configs: . -- each <router>/frr.conf here replaces its rendered one)."]
     written = [out / TOPOLOGY]
-    written[0].write_text("\n".join(head) + "\n" + yaml.safe_dump(
+    outfile.write_text(written[0], "\n".join(head) + "\n" + yaml.safe_dump(
         saved_topology(topo), sort_keys=False, default_flow_style=False, width=100))
     for name, text in configs.items():
-        (out / name).mkdir(exist_ok=True)
-        (out / name / INTEGRATED).write_text(text)
+        outfile.make_dir(out / name)
+        outfile.write_text(out / name / INTEGRATED, text)
         written.append(out / name / INTEGRATED)
     return Saved(lab, out, written, sorted(configs))

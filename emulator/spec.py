@@ -28,14 +28,14 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from . import boundedread
 from .errors import SpecError
+from .names import LAB_NAME, LAB_RULE, MAX_LAB_NAME, NODE_NAME, is_lab_name  # noqa: F401 -- re-exported
 from .units import SPEED_RE, UnitError, parse_size, parse_speed
 
-LAB_NAME = r"[a-z][a-z0-9]{0,14}(-[a-z0-9]+)*"
 THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
-MAX_LAB_NAME = 24
 MAX_SHOWN = 64  # characters of a bad value an error line repeats
-MAX_FILE_CHARS = 1 << 20  # a topology or experiment file: 1 MiB of text is far beyond any real one
+MAX_FILE_BYTES = 1 << 20  # a topology or experiment file: 1 MiB of text is far beyond any real one
 MAX_DEPTH = 32  # mappings and lists inside each other
 MAX_ALIASES = 16  # *alias references: enough to share a flow template, far from a bomb
 
@@ -71,7 +71,6 @@ class EcmpHash(str, Enum):
     L4 = "l4"  # the five-tuple: RoCE's UDP source port spreads QPs over the paths
 
 
-NODE_NAME = r"[a-z][a-z0-9]{0,11}"  # a node's name is also an interface name (15 bytes) on its peers
 ROLE_NAME = r"[a-z][a-z]{0,8}"  # hosts are <role><n>
 ROUTER_KINDS = ("superspine", "spine", "leaf")
 RESERVED_ROLES = ROUTER_KINDS + ("super", "host")
@@ -524,10 +523,8 @@ class Topology(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if len(v) > MAX_LAB_NAME or not re.fullmatch(LAB_NAME, v):  # fullmatch: no "lab\n"
-            raise ValueError(
-                f"must be 1-{MAX_LAB_NAME} characters: lowercase letters and digits, "
-                "single dashes between them, starting with a letter")
+        if not is_lab_name(v):  # names.py: the one rule every command checks too
+            raise ValueError(f"must be {LAB_RULE}")
         return v
 
 
@@ -623,14 +620,14 @@ def parse(data: Any, source: str = "<topology>") -> Topology:
 def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     """A YAML file's data and its node tree (which knows the line of every value)."""
     p = Path(path)
-    try:
-        text = p.read_text()
+    try:  # a regular file only, and never more than the limit read (boundedread)
+        text = boundedread.read_bytes(p, MAX_FILE_BYTES).decode()
     except OSError as e:
         raise SpecError(str(p), "(file)", f"cannot read: {e.strerror or e}") from None
+    except (boundedread.NotRegularError, boundedread.TooLargeError) as e:
+        raise SpecError(str(p), "(file)", str(e)) from None
     except UnicodeDecodeError:
         raise SpecError(str(p), "(file)", "is not UTF-8 text") from None
-    if len(text) > MAX_FILE_CHARS:
-        raise SpecError(str(p), "(file)", f"is {len(text)} characters; at most {MAX_FILE_CHARS}")
     try:
         _check_shape(text, str(p))
         loader = yaml.SafeLoader(text)  # one parse: the node tree, and the data built from it

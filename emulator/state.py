@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from . import netns
+from . import names, netns
 from .errors import LabNotFoundError, RealizeError, RocelabError
 from .paths import ENV_TAG, NS_TAG_PREFIX, RUN_ROOT, state_file
 from .plan import Plan, compile_plan
@@ -33,7 +34,10 @@ from .spec import Topology, parse
 def write(lab: str, data: dict[str, Any]) -> None:
     path = state_file(lab)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # root's only (the spec, the configs' sources), whatever the umask
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 
@@ -115,8 +119,11 @@ def run_dir_labs() -> set[str]:
 
 
 def known_labs() -> set[str]:
-    """Every lab with any trace on this machine: namespaces, processes or run dir."""
-    return set(tagged_namespaces().values()) | set(tagged_processes().values()) | run_dir_labs()
+    """Every lab with any trace on this machine: namespaces, processes or run dir. Only lab
+    names: a tag or a directory that is not one (any process may set ROCELAB_LAB=..) is not
+    a lab rocelab made, and nothing is done with it."""
+    found = set(tagged_namespaces().values()) | set(tagged_processes().values()) | run_dir_labs()
+    return {lab for lab in found if names.is_lab_name(lab)}
 
 
 def base_env(lab: str) -> dict[str, str]:
@@ -124,31 +131,58 @@ def base_env(lab: str) -> dict[str, str]:
     return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", ENV_TAG: lab}
 
 
-def kill_pids(pids: list[int], timeout_s: float = 5.0) -> None:
-    """SIGTERM the given PIDs, wait, then SIGKILL what is left. Only these PIDs."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p)]
-        if alive:
-            time.sleep(0.01)
-    for pid in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def kill_pids(pids: list[int], lab: str | None = None, timeout_s: float = 5.0) -> None:
+    """SIGTERM the given PIDs, wait up to `timeout_s`, then SIGKILL what is left. Only these
+    PIDs, each signalled through a pidfd taken before the first signal (a PID that exits and
+    is reused while we wait is never hit), and with `lab` only a process that carries the
+    lab's tag, checked before SIGTERM and again before SIGKILL."""
+    fds = _pidfds(pids, lab)
+    try:
+        for fd in fds.values():
+            _signal(fd, signal.SIGTERM)
+        for pid in _wait_exit(fds, timeout_s):
+            if lab is None or process_tag(pid) == lab:
+                _signal(fds[pid], signal.SIGKILL)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
     for pid in pids:
         _reap(pid)
 
 
-def _alive(pid: int) -> bool:
-    _reap(pid)
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+def _pidfds(pids: list[int], lab: str | None) -> dict[int, int]:
+    """pid -> pidfd, for the PIDs that exist (and, with `lab`, carry its tag)."""
+    fds = {}
+    for pid in dict.fromkeys(pids):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        if lab is not None and process_tag(pid) != lab:  # gone, or no longer the lab's
+            os.close(fd)
+            continue
+        fds[pid] = fd
+    return fds
+
+
+def _signal(fd: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(fd, sig)
+
+
+def _wait_exit(fds: dict[int, int], timeout_s: float) -> list[int]:
+    """Wait until every process has exited (a pidfd is readable then) or the time is up;
+    the PIDs still running."""
+    poller = select.poll()
+    by_fd = {fd: pid for pid, fd in fds.items()}
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout_s
+    while by_fd and (left := deadline - time.monotonic()) > 0:
+        for fd, _ in poller.poll(left * 1000):
+            poller.unregister(fd)
+            _reap(by_fd.pop(fd))
+    return list(by_fd.values())
 
 
 def _reap(pid: int) -> None:
@@ -174,9 +208,10 @@ def lab_plan(lab: str) -> Plan:
 
 
 def resolve_lab(lab: str | None) -> str:
-    """The lab a command means: the one given, or the only one running."""
-    if lab:
-        return lab
+    """The lab a command means: the one given (a lab name; "" is not "none given"), or the
+    only one running."""
+    if lab is not None:
+        return names.check_lab(lab)
     labs = sorted(known_labs())
     if len(labs) == 1:
         return labs[0]

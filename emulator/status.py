@@ -8,8 +8,9 @@ Two words, two meanings:
                and every BGP session on a link that is not cut is Established.
                A lab with a failed link is converged once routing went around it.
                fabric l2 (no routing): every live switch port is in the state
-               802.1D settles on around the active faults (Plan.stp_tree, the
-               target `fail` and `heal` wait for too); healthy adds the planned
+               802.1D settles on around the active faults (Plan.stp_tree), and no
+               host MAC is learned off that tree (faults.mismatched: the target
+               and test `fail` and `heal` wait for too); healthy adds the planned
                root and exactly the planned ports blocked. fabric evpn adds:
                every leaf's VNI lists every other live leaf as a remote VTEP.
     healthy    converged with nothing failed: no active fault, every session up,
@@ -110,8 +111,9 @@ def router_status(plan: Plan, node: Node, after: AfterState, expected: dict[str,
 def bridge_status(plan: Plan, node: Node, after: AfterState,
                   expected: dict[str, str] | None) -> dict[str, Any]:
     """A bridging switch: STP root, each port's state and role, MAC table size, and whether
-    its ports are where the tree 802.1D settles on around the active faults has them
-    (`expected`: faults.expected_forwarding, the same target fault settling waits for)."""
+    its ports are where the tree 802.1D settles on around the active faults has them, with
+    no host MAC learned off that tree (`expected`: faults.expected_forwarding, judged by
+    faults.mismatched: the same target and test `fail` and `heal` wait for)."""
     assert plan.l2 is not None
     row: dict[str, Any] = {"node": node.name, "kind": node.kind.value,
                            "failed": node.name in after["failed_nodes"], "error": None}
@@ -120,9 +122,9 @@ def bridge_status(plan: Plan, node: Node, after: AfterState,
     except (RocelabError, OSError) as e:
         return row | {"error": str(e), "converged": row["failed"], "ok": False, "ports": []}
     planned = converge.stp_mismatch(plan, node, st) is None
+    settled = not faults.mismatched(converge.bridge_forwarding(plan, st), expected or {})
+    st.pop("fdb", None)
     ports = [asdict(p) for p in st.pop("ports")]
-    states = {p["port"]: p["state"] for p in ports}
-    settled = all(states.get(port) == want for port, want in (expected or {}).items())
     return row | st | {"ports": ports, "blocked": [p["port"] for p in ports
                                                     if p["state"] == "blocking"],
                        "converged": row["failed"] or settled, "ok": planned}

@@ -7,17 +7,21 @@ always torn down. The project's own CI runs this file.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 FABRIC = Path(__file__).with_name("my-fabric.yaml")
+# The project's CI runs this beside its own suite: the labs carry the suite's name prefix
+# (ROCELAB_TEST_PREFIX), so two suites on one machine never share a lab name.
+PREFIX = os.environ.get("ROCELAB_TEST_PREFIX", "ex-")
 pytestmark = pytest.mark.rocelab  # skipped, saying why, without root or FRR
 
 
 @pytest.fixture(scope="module")
 def fabric(rocelab_lab):
-    return rocelab_lab(FABRIC)
+    return rocelab_lab(FABRIC, name=f"{PREFIX}fabric")
 
 
 def test_the_fabric_is_healthy_and_meets_its_own_expectations(fabric):
@@ -42,7 +46,7 @@ def test_after_failing_spine1_every_leaf_has_ecmp_1_and_the_kv_transfer_stays_in
 
 
 def test_a_topology_can_be_built_in_code(rocelab_function_lab):
-    lab = rocelab_function_lab({"name": "ex-tiny", "spines": 1, "leaves": 2,
+    lab = rocelab_function_lab({"name": f"{PREFIX}tiny", "spines": 1, "leaves": 2,
                                 "hosts": {"per_leaf": 1}, "addressing": "numbered"})
     assert lab.status()["healthy"] and lab.vtysh("leaf1", "show bgp summary json",
                                                  json=True)["ipv4Unicast"]["peerCount"] == 1

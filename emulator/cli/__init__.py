@@ -22,10 +22,18 @@ from ..errors import ExitCode, RocelabError
 
 def _fail(code: int, kind: str, message: str) -> None:
     """Report an error the way every command does, then exit with `code`."""
+    message = _one_line(message)
     click.echo(f"rocelab: error: {message}", err=True)
     if "--json" in _own_args():
         click.echo(json.dumps({"error": {"code": int(code), "type": kind, "message": message}}))
     sys.exit(code)
+
+
+def _one_line(message: str) -> str:
+    """The message on one line whatever it quotes: a newline, a form feed, U+2028 or a
+    terminal control character in a user's value shows escaped (\\n, \\x0c, ...)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode()
+                   for c in message.strip())
 
 
 def _own_args() -> list[str]:
@@ -49,6 +57,9 @@ class RocelabGroup(click.Group):
             _fail(ExitCode.ERROR, type(e).__name__, f"{where}{e.strerror or e}")
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        argv = kwargs.get("args", args[0] if args else None)
+        if argv is not None and any("\0" in a for a in argv):  # no real argv has one (execve)
+            _fail(ExitCode.USAGE, "UsageError", "an argument contains a NUL byte")
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.UsageError as e:  # click's own code for these is 2, the same as a bad file

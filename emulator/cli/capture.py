@@ -7,17 +7,18 @@ from typing import BinaryIO
 
 import click
 
-from .. import lab, state
+from .. import lab, outfile, state
 from ..errors import RocelabError
 from ..tools import capture
 from ..units import parse_duration
+from .names import LAB, NODE
 from .options import DURATION
 from .progress import err_console
 
 
 @click.command("capture")
-@click.argument("name")
-@click.argument("node")
+@click.argument("name", type=LAB)
+@click.argument("node", type=NODE)
 @click.argument("port")
 @click.option("-w", "--write", "out", metavar="FILE|-",
               help="Where the pcap goes; '-' is stdout (pipe it to `wireshark -k -i -`). "
@@ -51,7 +52,7 @@ def command(name: str, node: str, port: str, out: str | None, count: int, durati
     opened: list[BinaryIO] = []
 
     def open_sink() -> BinaryIO:  # called once tcpdump listens: a failed start touches no file
-        opened.append(sys.stdout.buffer if to_stdout else open(path, "wb"))
+        opened.append(sys.stdout.buffer if to_stdout else outfile.open_fresh(path))
         err_console.print(f"capturing {plan.lab} {node}:{port}" + (f" ({bpf})" if bpf else "")
                           + f" until {limits} -> {dest}", soft_wrap=True, markup=False)
         return opened[0]

@@ -7,24 +7,25 @@ from typing import Any
 
 import click
 
-from .. import lab, state
+from .. import lab, outfile, state
 from ..diagnose import Finding, Severity, diagnose, evidence, worst
 from ..errors import ExitCode, RocelabError, SpecError
 from ..units import parse_duration
+from .names import LAB, NODE
 from .progress import progress
 
 SEVERITY_STYLE = {Severity.CRITICAL: "CRITICAL", Severity.WARNING: "WARNING ", Severity.INFO: "info    "}
 
 
 @click.command("diagnose")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=LAB)
 @click.option("--window", default="30s", show_default=True, metavar="DURATION",
               help="How long to sample a live lab's counters (e.g. 10s, 1m).")
 @click.option("--results", "results_path", type=click.Path(exists=True, dir_okay=False),
               help="Diagnose a finished run's results.json instead of a live lab.")
 @click.option("--flow", help="Only findings on this flow's path (a flow name of the run).")
-@click.option("--src", help="Only findings on the path from this host...")
-@click.option("--dst", help="...to this host.")
+@click.option("--src", type=NODE, help="Only findings on the path from this host...")
+@click.option("--dst", type=NODE, help="...to this host.")
 @click.option("--evidence", "save", type=click.Path(dir_okay=False),
               help="Also write the counters the rules read to FILE (JSON; a test fixture).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"findings": [...]} as JSON.')
@@ -59,7 +60,7 @@ def command(name: str | None, window: str, results_path: str | None, flow: str |
                                "--src and --dst")
     findings = diagnose(ev, flow=flow, src=src, dst=dst)
     if save:
-        Path(save).write_text(json.dumps(ev.as_json(), indent=1) + "\n")
+        outfile.write_text(save, json.dumps(ev.as_json(), indent=1) + "\n")
     if as_json:
         click.echo(json.dumps(report(ev, findings), indent=2))
     else:

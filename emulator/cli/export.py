@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from .. import export, lab, render
+from .names import LAB
 
 
 @click.command("export")
@@ -18,7 +19,7 @@ from .. import export, lab, render
 @click.option("--templates", type=click.Path(exists=True, file_okay=False),
               help="A directory of FRR templates (*.conf.j2, named as in frr-templates/) used "
                    "before the shipped ones.")
-@click.option("--name", help="Lab name (default: the file's `name:`).")
+@click.option("--name", type=LAB, help="Lab name (default: the file's `name:`).")
 @click.option("--router-image", default=export.ROUTER_IMAGE, show_default=True,
               help="Container image of the routers (FRR 8.4 or later).")
 @click.option("--host-image", default=export.HOST_IMAGE, show_default=True,

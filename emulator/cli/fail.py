@@ -8,6 +8,7 @@ import click
 from .. import faults, lab, state
 from ..plan import Plan
 from ..units import UnitError, parse_duration
+from .names import LAB
 from .progress import progress
 
 USAGE = "link A B | node N | flap A B"
@@ -100,7 +101,7 @@ TIMEOUT = click.FloatRange(min=0)
 
 
 @click.command("fail")
-@click.argument("name")
+@click.argument("name", type=LAB)
 @click.argument("what", nargs=-1, required=True)
 @click.option("--silent", is_flag=True,
               help="Drop every frame on both ends but keep carrier (nftables): only BFD or the "
@@ -110,7 +111,7 @@ TIMEOUT = click.FloatRange(min=0)
 @click.option("--corrupt", metavar="PCT", help="Gray: alter this share of the RoCE frames in "
               "each direction, so the receiver's ICRC check fails and it drops them.")
 @click.option("--rate", metavar="SPEED", help="Gray: each end sends at most this (10G, 500M): a "
-              "degraded optic (HTB; not on a shaped lab).")
+              "degraded optic (HTB; on a shaped lab real-equivalent, shaped at SPEED / D).")
 @click.option("--period", default="2s", show_default=True, metavar="DURATION", callback=duration_option,
               help="flap: one down+up cycle (down for its first half).")
 @click.option("--count", default=5, show_default=True, type=click.IntRange(min=1), help="flap: cycles.")

@@ -8,6 +8,7 @@ import click
 from .. import lab
 from ..errors import RocelabError
 from ..report import data
+from .names import LAB
 
 
 @click.command("graph")
@@ -16,7 +17,7 @@ from ..report import data
               help="PNG or SVG file (by suffix; default: LAB.png).")
 @click.option("--results", type=click.Path(exists=True, dir_okay=False),
               help="Colour links by the traffic in a results.json (run, transfer or kv --out).")
-@click.option("--name", help="Lab name (default: the topology's).")
+@click.option("--name", type=LAB, help="Lab name (default: the topology's).")
 @click.option("--title", help="Title (default: the lab, or the run of --results).")
 def command(topology_file: str, output: str | None, results: str | None, name: str | None,
             title: str | None) -> None:

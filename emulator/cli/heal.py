@@ -6,11 +6,12 @@ import click
 
 from .. import faults, lab, state
 from .fail import TIMEOUT, describe, target
+from .names import LAB
 from .progress import progress
 
 
 @click.command("heal")
-@click.argument("name")
+@click.argument("name", type=LAB)
 @click.argument("what", nargs=-1)
 @click.option("--all", "heal_all", is_flag=True,
               help="Heal every fault, recorded or only found in the kernel (after a crash).")

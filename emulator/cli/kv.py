@@ -13,12 +13,13 @@ from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
 from ..errors import IntegrityError
 from ..report import record
 from ..units import Dilation, parse_duration
+from .names import LAB
 from .options import engine_options, max_duration_option
 from .progress import byte_progress
 
 
 @click.command("kv")
-@click.argument("name")
+@click.argument("name", type=LAB)
 @click.option("--model", "model_name", type=click.Choice(sorted(MODELS)), default="llama3-8b",
               show_default=True, help="Model whose KV cache is moved.")
 @click.option("--tokens", default=1024, show_default=True, type=click.IntRange(min=1),

@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from .. import outfile
 from ..engine.job import DEFAULT_MTU, ROCE_MTUS, Op
+from ..outfile import OutputError
 from ..units import UnitError, parse_duration, parse_size, parse_speed
 
 
@@ -41,13 +43,17 @@ def _mtu(ctx: click.Context, param: click.Parameter, value: int) -> int:
 
 def writable_out(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--out must be a directory this user can create or write, checked before anything runs
-    (a run that cannot save its results at the end has lost them); nothing is created here."""
+    (a run that cannot save its results at the end has lost them); nothing is created here.
+    os.access alone says yes to root everywhere: outfile.check_dir also refuses a directory,
+    or a symlink on the way, that belongs to another user."""
     if value is None:
         return value
+    try:
+        outfile.check_dir(value)
+    except OutputError as e:
+        raise click.BadParameter(str(e)) from None
     p = Path(value).absolute()
     ancestor = next(a for a in (p, *p.parents) if a.exists())
-    if not ancestor.is_dir():
-        raise click.BadParameter(f"{value}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise click.BadParameter(f"{value}: cannot write in {ancestor}")
     return value

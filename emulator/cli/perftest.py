@@ -11,17 +11,18 @@ from ..perftest.report import MB
 from ..perftest.session import Options
 from ..perftest.wire import Test
 from ..units import Dilation, parse_size
+from .names import LAB, NODE
 
 
 @click.command("perftest")
-@click.argument("name")
+@click.argument("name", type=LAB)
 @click.argument("test", metavar="TEST", type=click.Choice([t.value for t in Test]))
-@click.option("--src", help="Client host (an engine host).")
-@click.option("--dst", help="Server host: an engine host (armed here), or a host whose port "
+@click.option("--src", type=NODE, help="Client host (an engine host).")
+@click.option("--dst", type=NODE, help="Server host: an engine host (armed here), or a host whose port "
               "18515 already runs a perftest server.")
 @click.option("--server", "as_server", is_flag=True, help="Only arm a server on --on and wait "
               "for one client (e.g. a real ib_write_bw in an rxe host).")
-@click.option("--on", "on", help="With --server: the engine host to serve on.")
+@click.option("--on", "on", type=NODE, help="With --server: the engine host to serve on.")
 @click.option("-s", "--size", default=None, help="Message size (perftest -s); default 65536 "
               "for BW, 2 for latency.")
 @click.option("-a", "run_all", is_flag=True, help="All sizes 2 .. 8 MiB (perftest -a).")

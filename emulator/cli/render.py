@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from .. import estimate, lab, neighbours, render
+from .names import LAB
 
 
 def _ratios(ratios: dict[str, float]) -> str:
@@ -25,7 +26,7 @@ def _span(nodes: list[str]) -> str:
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
               help="Directory for plan.json, <router>/<daemon>.conf and frr.conf, <host>/host.sh: "
                    "new, empty, or an earlier render (replaced). Anything else is refused.")
-@click.option("--name", help="Lab name (default: the file's `name:`).")
+@click.option("--name", type=LAB, help="Lab name (default: the file's `name:`).")
 @click.option("--templates", type=click.Path(exists=True, file_okay=False),
               help="A directory of FRR templates (*.conf.j2) that replace rocelab's; the ones "
                    "it lacks are rocelab's.")

@@ -14,6 +14,7 @@ from .. import lab, report
 from ..experiment import analysis, compare, runner
 from ..experiment.spec import load_fabrics
 from ..units import Dilation
+from .names import LAB
 from .options import writable_out
 from .progress import interrupt_on_sigterm, progress
 
@@ -24,7 +25,7 @@ from .progress import interrupt_on_sigterm, progress
               help="Directory for results.json (and the report).")
 @click.option("--keep", is_flag=True, help="Leave the lab up if this run brought it up "
               "(with `fabrics:`, the last fabric's).")
-@click.option("--name", help="Lab name (default: the experiment's `lab:`, else the topology's); "
+@click.option("--name", type=LAB, help="Lab name (default: the experiment's `lab:`, else the topology's); "
               "with `fabrics:` a prefix: each fabric's lab is NAME-LABEL.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the results (results.json's content) instead of the tables.")

@@ -6,10 +6,11 @@ from pathlib import Path
 import click
 
 from .. import lab, save, state
+from .names import LAB
 
 
 @click.command("save")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=LAB)
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
               help="Directory for topology.yaml and <router>/frr.conf: new, empty, or an "
                    "earlier save (replaced). Anything else is refused.")

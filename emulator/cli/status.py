@@ -11,10 +11,11 @@ from rich.table import Table
 from .. import faults, lab, state
 from ..errors import ExitCode
 from ..status import lab_status, verdict
+from .names import LAB
 
 
 @click.command("status")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=LAB)
 @click.option("--json", "as_json", is_flag=True,
               help="Machine-readable, with top-level \"converged\" and \"healthy\".")
 def command(name: str | None, as_json: bool) -> None:

@@ -16,10 +16,11 @@ from rich.live import Live
 from .. import lab, state
 from ..metrics import top
 from ..metrics.scrape import Scraper
+from .names import LAB
 
 
 @click.command("top")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=LAB)
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds between refreshes.")
 @click.option("--rows", default=10, show_default=True, type=click.IntRange(min=1), help="Ports to list.")

@@ -14,14 +14,15 @@ from ..errors import IntegrityError
 from ..plan import Plan
 from ..report import record
 from ..units import Dilation, parse_duration, parse_size, parse_speed
+from .names import LAB, NODE
 from .options import SIZE, SPEED, engine_options, max_duration_option
 from .progress import byte_progress
 
 
 @click.command("transfer")
-@click.argument("name")
-@click.option("--src", required=True, help="Prefill host (where the data is).")
-@click.option("--dst", required=True, help="Decode host (where it must land).")
+@click.argument("name", type=LAB)
+@click.option("--src", type=NODE, required=True, help="Prefill host (where the data is).")
+@click.option("--dst", type=NODE, required=True, help="Decode host (where it must land).")
 @click.option("--size", required=True, type=SIZE, help="Bytes: 64MiB, 1GiB, 500MB, 4096.")
 @click.option("--rate", type=SPEED, help="Rate limit of the transfer, real-equivalent (e.g. 100G): its QPs' "
               "NIC rate limiters, split evenly. Default: none.")

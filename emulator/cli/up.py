@@ -6,9 +6,11 @@ import click
 
 from .. import lab, state
 from ..errors import ExitCode
+from ..metrics.exporter import Listen
 from ..plan import Plan
 from ..validate import Check, validate_lab
-from .metrics import parse_listen
+from .metrics import check_exposure, parse_listen
+from .names import LAB
 from .progress import err_console, interrupt_on_sigterm, progress
 from .validate import print_checks
 
@@ -20,7 +22,7 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 
 @click.command("up")
 @click.argument("topology", type=click.Path(dir_okay=False))
-@click.option("--name", help="Lab name (default: the file's `name:`).")
+@click.option("--name", type=LAB, help="Lab name (default: the file's `name:`).")
 @click.option("--timeout", default=lab.DEFAULT_TIMEOUT_S, show_default=True,
               type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for convergence before rolling back.")
@@ -38,16 +40,23 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 @click.option("--metrics", "metrics", callback=_listen, metavar="ADDRESS:PORT",
               help="Also serve the lab's Prometheus /metrics there (e.g. 127.0.0.1:9464; port 0: "
                    "a free one), from an exporter started with the lab and stopped by `down`.")
+@click.option("--expose-metrics", is_flag=True,
+              help="Allow a non-loopback --metrics address (0.0.0.0, ::, a LAN address): /metrics "
+                   "is then reachable from other machines, without authentication.")
 def command(topology: str, name: str | None, timeout: float, as_json: bool, run_checks: bool,
-            raise_neigh_limit: bool, templates: str | None, metrics: str | None) -> None:
+            raise_neigh_limit: bool, templates: str | None, metrics: str | None,
+            expose_metrics: bool) -> None:
     """Build a lab from TOPOLOGY and return once it has converged.
 
     Example: rocelab up topologies/clos-2x4.yaml
     """
+    if metrics is not None:
+        check_exposure(Listen.parse(metrics), expose_metrics, "up")
     interrupt_on_sigterm()
     with progress(f"up {topology}") as update:
         result = lab.up(topology, name=name, timeout_s=timeout, progress=update,
-                        raise_neigh_limit=raise_neigh_limit, templates=templates, metrics=metrics)
+                        raise_neigh_limit=raise_neigh_limit, templates=templates, metrics=metrics,
+                        expose_metrics=expose_metrics)
     p, t = result.plan, result.timings
     checks = validate_lab(p, state.lab_topology(p.lab)) if run_checks else None
     exporter = lab.exporter_info(p.lab) if metrics is not None else None

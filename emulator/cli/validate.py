@@ -7,14 +7,19 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .. import lab, state
+from .. import lab, outfile, state
 from ..errors import ExitCode
+from ..names import check_lab
 from ..validate import LIVE, Check, junit, validate_file, validate_lab
 from .progress import progress
 
 
 def _looks_like_file(target: str) -> bool:
-    return Path(target).suffix in (".yaml", ".yml") or Path(target).is_file()
+    """A .yaml/.yml path or a file that exists; anything else is checked as a lab name."""
+    try:
+        return Path(target).suffix in (".yaml", ".yml") or Path(target).is_file()
+    except OSError:  # a name too long to be a path: not a file, and not a lab name either
+        return False
 
 
 @click.command("validate")
@@ -38,7 +43,7 @@ def command(target: str | None, checks: str | None, as_json: bool, junit_path: s
         results, suite, failed = validate_file(target), Path(target).stem, ExitCode.BAD_FILE
     else:
         lab.require_root()
-        name = state.resolve_lab(target)
+        name = state.resolve_lab(None if target is None else check_lab(target, "TARGET"))
         wanted = [c.strip() for c in checks.split(",") if c.strip()] if checks else None
         unknown = [c for c in wanted or [] if c not in (*LIVE, "expect")]
         if unknown:
@@ -48,7 +53,7 @@ def command(target: str | None, checks: str | None, as_json: bool, junit_path: s
             results = validate_lab(state.lab_plan(name), state.lab_topology(name), wanted)
         suite, failed = name, ExitCode.VALIDATION_FAILED
     if junit_path:
-        Path(junit_path).write_text(junit(results, suite))
+        outfile.write_text(junit_path, junit(results, suite))
     if as_json:
         click.echo(json.dumps({"target": suite, "ok": all(c.ok for c in results),
                                "checks": [c.to_json() for c in results]}, indent=2))

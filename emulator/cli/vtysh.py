@@ -4,11 +4,12 @@ import click
 
 from .. import lab, state
 from ..tools import vtysh
+from .names import LAB, NODE
 
 
 @click.command("vtysh")
-@click.argument("name")
-@click.argument("node")
+@click.argument("name", type=LAB)
+@click.argument("node", type=NODE)
 @click.option("-c", "--command", "commands", multiple=True, metavar="CMD",
               help="A vtysh command; repeat for several, run in order. None: an interactive shell.")
 def command(name: str, node: str, commands: tuple[str, ...]) -> None:

@@ -7,11 +7,12 @@ import click
 
 from .. import lab, state
 from ..status import UNTIL, verdict, wait_until
+from .names import LAB
 from .progress import progress
 
 
 @click.command("wait")
-@click.argument("name", required=False)
+@click.argument("name", required=False, type=LAB)
 @click.option("--until", "until", type=click.Choice(UNTIL), default="converged", show_default=True,
               help="converged: routing settled to what the plan and the active faults require; "
                    "healthy: nothing failed, full ECMP, full reachability.")

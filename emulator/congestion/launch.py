@@ -9,6 +9,7 @@ import time
 from ..errors import RealizeError
 from ..paths import lab_run_dir
 from ..plan import Plan
+from ..rundirs import open_private
 from ..state import base_env
 
 READY_TIMEOUT_S = 60.0
@@ -18,10 +19,11 @@ def start_controller(plan: Plan) -> int:
     run_dir = lab_run_dir(plan.lab)
     ready = run_dir / "controller.ready"
     ready.unlink(missing_ok=True)
-    with open(run_dir / "controller.log", "ab") as log:
+    with open_private(run_dir / "controller.log") as log:  # its files: root's only (umask)
         proc = subprocess.Popen([sys.executable, "-m", "emulator.congestion.controller",
                                  "--lab", plan.lab], env=base_env(plan.lab), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                umask=0o077)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not ready.exists():
         if proc.poll() is not None:

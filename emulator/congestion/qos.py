@@ -34,6 +34,7 @@ _tc_plugins.setdefault("bfifo", _tc_plugins["pfifo"])
 TC_PRIO = {CNP_TC: 0, ROCE_TC: 1, DEFAULT_TC: 2}
 PAUSED_BPS = 8000  # TBF needs a non-zero rate; 8 kbit/s is a stop at these speeds
 EGRESS, INGRESS = "ffff:fff3", "ffff:fff2"
+PORT_CLASS = 0x10001  # 1:1, the port's line rate
 
 
 def burst_bytes(rate_bps: int, mtu: int) -> int:
@@ -60,11 +61,11 @@ def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
     idx = socket.if_nametoindex(ifname)
     rate, burst = f"{cp.rate_bps}bit", burst_bytes(cp.rate_bps, mtu)
     ipr.tc("add", "htb", idx, 0x10000, default=0x10)
-    ipr.tc("add-class", "htb", idx, 0x10001, parent=0x10000, rate=rate, ceil=rate,
+    ipr.tc("add-class", "htb", idx, PORT_CLASS, parent=0x10000, rate=rate, ceil=rate,
            burst=burst, cburst=burst, mtu=mtu + 64)
     floor = f"{max(8000, cp.rate_bps // 1000)}bit"  # tiny assured rate: prio decides
     for tc, prio in TC_PRIO.items():
-        ipr.tc("add-class", "htb", idx, classid(tc), parent=0x10001, rate=floor, ceil=rate,
+        ipr.tc("add-class", "htb", idx, classid(tc), parent=PORT_CLASS, rate=floor, ceil=rate,
                burst=burst, cburst=burst, prio=prio, mtu=mtu + 64)
     ipr.tc("add", "bfifo", idx, (0x10 + DEFAULT_TC) << 16, parent=classid(DEFAULT_TC),
            limit=cp.buffer_bytes)
@@ -76,6 +77,24 @@ def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
                              (INGRESS, ingress_fd, "fabric_ingress")):
         ipr.tc("add-filter", "bpf", idx, ":1", fd=fd, name=name, parent=parent,
                classid=port_id, direct_action=True)
+
+
+def set_port_rate(ipr: IPRoute, idx: int, cp: CongestionPlan, mtu: int, rate_bps: int) -> None:
+    """Cap one port's whole tree (class 1:1, which every TC borrows from) at `rate_bps`: a
+    gray fault's degraded optic; `cp.rate_bps` (the port's own, `of_port`) restores it.
+    The lossless TBF keeps its rate: its parent caps it, and pauses still work."""
+    rate, burst = f"{rate_bps}bit", burst_bytes(cp.rate_bps, mtu)
+    ipr.tc("change-class", "htb", idx, PORT_CLASS, parent=0x10000, rate=rate, ceil=rate,
+           burst=burst, cburst=burst, mtu=mtu + 64)
+
+
+def port_rate(ipr: IPRoute, idx: int) -> int | None:
+    """Class 1:1's rate in bit/s (None: the port is not shaped)."""
+    for c in ipr.get_classes(index=idx):
+        if c["handle"] == PORT_CLASS and c.get_attr("TCA_KIND") == "htb":
+            opts = c.get_attr("TCA_OPTIONS")
+            return int(opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]) * 8
+    return None
 
 
 def keep_order(netns_name: str, ifnames: list[str]) -> None:

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import forwarding, netns
+from .. import forwarding, netns, rundirs
 from ..errors import EngineError
 from ..paths import node_run_dir
 from ..plan import Node, Plan
 from ..state import base_env
 from .config import for_host
 from .job import Job, Op, TransferResult
-from .wire import Channel
+from .wire import MAX_REPLY_LINE, Channel
 
 START_TIMEOUT_S = 15.0
 Progress = Callable[[int, int, int], None]  # (bytes completed, total, bytes sent)
@@ -39,7 +39,7 @@ def _connect(path: Path) -> Channel:
     except OSError:
         s.close()
         raise
-    return Channel(s)
+    return Channel(s, MAX_REPLY_LINE)  # our own engine's replies (stats grow with QPs)
 
 
 def _alive(path: Path) -> bool:
@@ -58,15 +58,15 @@ def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
         path = sock_path(plan, host)
         if _alive(path):
             continue
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        log = open(path.parent / "engine.log", "ab")
+        rundirs.make_private_dir(path.parent, exist_ok=True)  # the host's dir: root's only
+        log = rundirs.open_private(path.parent / "engine.log")
         with netns.entered(host.netns):
             subprocess.Popen(
                 [sys.executable, "-m", "emulator.engine.daemon", "--lab", plan.lab,
                  "--host", host.name, "--ip", host.address or "", "--sock", str(path),
                  *[a for ip in host.addresses[1:] for a in ("--rail-ip", ip)],
                  "--config", for_host(plan, host).to_json()],
-                env=base_env(plan.lab),
+                env=base_env(plan.lab), umask=0o077,  # its files: root's only
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         log.close()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..plan import Node, Plan
 from ..roce.dcqcn import PROFILES, Profile
-from ..units import Dilation
+from ..units import Dilation, parse_size
 from .job import ROCE_DSCP
+from .regions import DEFAULT_MAX_REGISTERED, ENV_MAX_REGISTERED
 
 RTO_REAL_S = 1e-3  # first retransmission timeout on congestion labs, real-equivalent
 
@@ -24,6 +26,7 @@ class EngineConfig:
     dilation: float = 1.0
     dcqcn: str | None = None  # profile name, or None for off
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # profile -> fields
+    max_registered_bytes: int = DEFAULT_MAX_REGISTERED  # memory regions held at once
 
     def profile(self, name: str | None = "") -> Profile | None:
         """The (dilated) DCQCN profile `name` (default: this host's), None if off."""
@@ -40,7 +43,18 @@ class EngineConfig:
         return cls(**json.loads(text))
 
 
+def max_registered(environ: dict[str, str] | None = None) -> int:
+    """The cap on an engine's registered regions: ROCELAB_ENGINE_MAX_REGISTERED (a size
+    such as 16GiB) or the default."""
+    text = (os.environ if environ is None else environ).get(ENV_MAX_REGISTERED)
+    return DEFAULT_MAX_REGISTERED if text is None else parse_size(text, ENV_MAX_REGISTERED)
+
+
 def for_host(plan: Plan, host: Node) -> EngineConfig:
+    return replace(_for_host(plan, host), max_registered_bytes=max_registered())
+
+
+def _for_host(plan: Plan, host: Node) -> EngineConfig:
     cp = plan.congestion
     if cp is None:
         return EngineConfig()

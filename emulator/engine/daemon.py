@@ -28,11 +28,13 @@ from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
 from ..roce.rc import QueuePair
 from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
+from ..rundirs import PRIVATE_UMASK
 from .config import EngineConfig
 from .dataplane import DataPlane, FlowKey, Watch, reductions
 from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
 from .paced import PacedQueuePair
 from .perftest import PerftestJobs, is_engine_peer
+from .regions import Regions
 from .wire import Channel
 
 log = logging.getLogger("rocelab.engine")
@@ -62,6 +64,7 @@ class Engine:
         self.histograms = {"transfer_duration_seconds": Histogram.empty(TRANSFER_BUCKETS),
                            "kv_handoff_seconds": Histogram.empty(TRANSFER_BUCKETS)}
         self.perftest = PerftestJobs(self)
+        self.regions = Regions(config.max_registered_bytes)  # what peers may make us hold
 
     def new_qpns(self, n: int) -> list[dict[str, int]]:
         with self._lock:
@@ -111,7 +114,7 @@ class Engine:
         tcp = socket.create_server((self.ip, CONTROL_PORT), reuse_port=False)
         self.sock_path.unlink(missing_ok=True)
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        unix.bind(str(self.sock_path))
+        bind_private(unix, self.sock_path)
         unix.listen(64)
         for listener, handler in ((tcp, self._on_tcp), (unix, self._on_unix)):
             threading.Thread(target=self._accept_loop, args=(listener, handler), daemon=True).start()
@@ -232,6 +235,10 @@ class Engine:
 
     def initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
         """Requester side: WRITE pushes our source, READ pulls the peer's."""
+        with self.regions.hold(job.region_bytes, "this transfer"):
+            return self._initiate(job, peer_ip, cli)
+
+    def _initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
         segments = job.segments()
         holds_source = job.op is Op.WRITE
         buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
@@ -316,6 +323,10 @@ class Engine:
         if msg.get("cmd") != "accept":
             raise EngineError(f"expected accept, got {msg.get('cmd')!r}")
         job = Job.from_json(msg["job"])
+        with self.regions.hold(job.region_bytes, f"peer {msg.get('ip')}"):  # before allocating
+            self._respond(ch, msg, job)
+
+    def _respond(self, ch: Channel, msg: dict[str, Any], job: Job) -> None:
         holds_source = job.op is Op.READ
         buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
         mr = self.dp.call(lambda: self.dp.memory.register(buf))
@@ -337,6 +348,16 @@ class Engine:
             side = "src" if holds_source else "dst"
             ch.send({"event": "finished", "digest": digest(buf, job.segments(), side),
                      "counters": {str(k): v for k, v in counters.items()}})
+
+
+def bind_private(sock: socket.socket, path: Path) -> None:
+    """Bind a unix socket that only its owner (root) can connect to: 0600, whatever the
+    umask of whoever started the engine (the umask is the process's: set around bind)."""
+    old = os.umask(PRIVATE_UMASK)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
 
 
 def _connect_peer(ip: str) -> socket.socket:

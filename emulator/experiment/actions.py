@@ -186,7 +186,7 @@ class Timeline(threading.Thread):
                 self._watchdog = watchdog.start(self.plan, max(0.0, left) + WATCHDOG_GRACE_S)
             bridge.set_stp(self.plan, args["enabled"])
             if args["enabled"] and self._watchdog is not None:  # the loop is closed: stand down
-                kill_pids([self._watchdog])
+                kill_pids([self._watchdog], self.plan.lab)
                 self._watchdog = None
             return {"kind": kind, **args}
         if kind == "broadcast":
@@ -229,7 +229,7 @@ class Timeline(threading.Thread):
             churn.stop()
         if self._watchdog is not None:
             bridge.set_stp(self.plan, bool(self.plan.l2 and self.plan.l2.stp))
-            kill_pids([self._watchdog])
+            kill_pids([self._watchdog], self.plan.lab)
             self._watchdog = None
         cp = self.plan.congestion
         if cp is None:

@@ -216,8 +216,8 @@ def fabrics(path: str | Path, name: str | None = None, live: bool = True
     out: list[Fabric] = []
     for label, topology in topologies.items():
         wanted = f"{prefix}-{label}" if prefix else None
-        if wanted is not None and (len(wanted) > MAX_LAB_NAME or not re.match(LAB_NAME, wanted)):
-            where = (str(path), "lab") if not name else ("--name", name)
+        if wanted is not None and (len(wanted) > MAX_LAB_NAME or not re.fullmatch(LAB_NAME, wanted)):
+            where = (str(path), "lab") if not name else ("--name", repr(name))  # one line
             raise located(SpecError(where[0], where[1], f"lab {wanted!r} of fabric {label} is not a "
                                     f"lab name (1-{MAX_LAB_NAME} characters: lowercase letters "
                                     "and digits, single dashes between them)"), node if not name

@@ -45,6 +45,7 @@ from .recovery import (
     expected_forwarding,
     fail_settled,
     heal_settled,
+    mismatched,
     settle,
 )
 
@@ -52,5 +53,5 @@ __all__ = [
     "Convergence", "Fault", "FaultError", "FaultEvent", "FaultKind", "FibWatcher", "FlapEvent",
     "HealEvent", "active", "after_state", "apply", "convergence", "effects_of", "events",
     "expected_fib", "expected_forwarding", "fail", "fail_settled", "flap", "gray_args", "heal",
-    "heal_settled", "link_fault", "links_of", "node_fault", "parse_action", "settle",
+    "heal_settled", "link_fault", "links_of", "mismatched", "node_fault", "parse_action", "settle",
 ]

@@ -26,7 +26,11 @@ Three gray effects degrade a port that stays up (routing keeps the link):
            it drops the frame, as a NIC does a frame a bad optic garbled;
   RATE     the port sends at most the rate: an HTB root qdisc (handle 1f:)
            with one class at that rate, queueing what exceeds it as a link
-           that trained down to a lower speed does.
+           that trained down to a lower speed does. On a shaped lab the port
+           already has the congestion plane's tree: its class 1:1 (the line
+           rate every TC borrows from) is set to the rate instead, so ECN,
+           pauses and DCQCN see the slow port; the value is the shaped (wall)
+           rate, real-equivalent / D (model.wall_rate).
 
 The chains keep the share in their rule's comment, the qdisc its rate, so
 `scan` reads each effect back whole from the kernel. The kernel has no
@@ -48,6 +52,7 @@ from collections.abc import Iterable
 from pyroute2 import IPRoute
 
 from .. import netns
+from ..congestion import qos
 from ..plan import Node, Plan
 from ..realize import pin_neighbours
 from ..roce.headers import ROCE_UDP_PORT
@@ -105,10 +110,15 @@ def _ruleset(effects: list[Effect]) -> str:
     return f"table netdev {TABLE} {{\n{chains}}}\n"
 
 
-def _set_rates(node: Node, effects: list[Effect]) -> None:
+def _set_rates(plan: Plan, node: Node, effects: list[Effect]) -> None:
     with netns.entered(node.netns), IPRoute() as ipr:
         for e in effects:
             index = _index(ipr, node, e.port)
+            if plan.congestion:  # the port's own tree, class 1:1, runs at the gray rate
+                port = node.interface(e.port)
+                qos.set_port_rate(ipr, index, qos.of_port(plan.congestion, port.speed_bps),
+                                  plan.port_mtu(port), int(e.value))
+                continue
             if any(q["parent"] == TC_H_ROOT and q.get_attr("TCA_KIND") != "noqueue"
                    for q in ipr.get_qdiscs(index=index)):
                 raise FaultError(f"rate: {node.name}:{e.port} already has a root qdisc "
@@ -119,10 +129,16 @@ def _set_rates(node: Node, effects: list[Effect]) -> None:
                    ceil=rate)
 
 
-def _clear_rates(node: Node, ports: list[str]) -> None:
+def _clear_rates(plan: Plan, node: Node, ports: list[str]) -> None:
     with netns.entered(node.netns), IPRoute() as ipr:
-        for port in ports:
-            ipr.tc("del", "htb", _index(ipr, node, port), RATE_HANDLE)
+        for name in ports:
+            if plan.congestion:  # back to the port's own shaped rate
+                port = node.interface(name)
+                cp = qos.of_port(plan.congestion, port.speed_bps)
+                qos.set_port_rate(ipr, _index(ipr, node, name), cp, plan.port_mtu(port),
+                                  cp.rate_bps)
+            else:
+                ipr.tc("del", "htb", _index(ipr, node, name), RATE_HANDLE)
 
 
 def _index(ipr: IPRoute, node: Node, port: str) -> int:
@@ -151,7 +167,7 @@ def apply(plan: Plan, effects: Iterable[Effect]) -> None:
             _nft_script(node, _ruleset(chains))
         rates = [e for e in item[1] if e.kind is EffectKind.RATE]
         if rates:
-            _set_rates(node, rates)
+            _set_rates(plan, node, rates)
         downs = [e.port for e in item[1] if e.kind is EffectKind.DOWN]
         if downs:
             _set_ports(plan, node, downs, "down")
@@ -171,7 +187,7 @@ def undo(plan: Plan, effects: Iterable[Effect], present: set[Effect]) -> None:
                 f"delete chain netdev {TABLE} {CHAINS[e.kind]}{e.port}\n" for e in drops))
         rates = [e.port for e in item[1] if e.kind is EffectKind.RATE]
         if rates:
-            _clear_rates(node, rates)
+            _clear_rates(plan, node, rates)
         downs = [e.port for e in item[1] if e.kind is EffectKind.DOWN]
         if downs:
             _set_ports(plan, node, downs, "up")
@@ -213,9 +229,10 @@ def parse_chains(node: str, items: list[dict[str, object]]) -> dict[Effect, int]
     return out
 
 
-def _ports_in(node: Node) -> dict[Effect, int]:
+def _ports_in(plan: Plan, node: Node) -> dict[Effect, int]:
     """The effects on the node's ports themselves, from one netlink session: DOWN (router
-    ports administratively down) and RATE (the gray HTB root 1f:, at its class's rate)."""
+    ports administratively down) and RATE (the gray HTB root 1f:, at its class's rate; on
+    a shaped lab, class 1:1 below the port's own rate)."""
     ports = {i.name for i in node.interfaces}
     out: dict[Effect, int] = {}
     with netns.entered(node.netns), IPRoute() as ipr:
@@ -225,17 +242,38 @@ def _ports_in(node: Node) -> dict[Effect, int]:
             out.update({Effect(EffectKind.DOWN, node.name, names[link["index"]]): 0
                         for link in links
                         if names[link["index"]] in ports and not link["flags"] & IFF_UP})
-        for q in ipr.get_qdiscs():
-            if q["handle"] != RATE_HANDLE or q.get_attr("TCA_KIND") != "htb":
-                continue
-            port = names.get(q["index"])
-            if port not in ports:
-                continue
-            for c in ipr.get_classes(index=q["index"]):
-                if c["handle"] == RATE_HANDLE | 1:
-                    opts = c.get_attr("TCA_OPTIONS")
-                    byte_rate = opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]
-                    out[Effect(EffectKind.RATE, node.name, port, str(byte_rate * 8))] = 0
+        rates = _shaped_rates(plan, node, ipr, names) if plan.congestion else \
+            _gray_roots(ipr, names, ports)
+        out.update({Effect(EffectKind.RATE, node.name, port, str(bps)): 0
+                    for port, bps in rates.items()})
+    return out
+
+
+def _gray_roots(ipr: IPRoute, names: dict[int, str], ports: set[str]) -> dict[str, int]:
+    """Unshaped lab: port -> the rate of the gray HTB root 1f:'s class, where there is one."""
+    out = {}
+    for q in ipr.get_qdiscs():
+        port = names.get(q["index"])
+        if q["handle"] != RATE_HANDLE or q.get_attr("TCA_KIND") != "htb" or port not in ports:
+            continue
+        for c in ipr.get_classes(index=q["index"]):
+            if c["handle"] == RATE_HANDLE | 1:
+                opts = c.get_attr("TCA_OPTIONS")
+                out[port] = (opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]) * 8
+    return out
+
+
+def _shaped_rates(plan: Plan, node: Node, ipr: IPRoute, names: dict[int, str]) -> dict[str, int]:
+    """Shaped lab: port -> class 1:1's rate, where it is below the port's own (the
+    kernel keeps whole bytes per second)."""
+    assert plan.congestion is not None
+    index = {name: i for i, name in names.items()}
+    out = {}
+    for port in node.interfaces:
+        have = qos.port_rate(ipr, index[port.name]) if port.name in index else None
+        own = plan.congestion.rate_of(port.speed_bps)
+        if have is not None and have < own - own % 8:
+            out[port.name] = have
     return out
 
 
@@ -244,7 +282,7 @@ def scan(plan: Plan) -> dict[Effect, int]:
     def one(node: Node) -> dict[Effect, int]:
         if not netns.exists(node.netns):
             return {}
-        return _drops_in(node) | _ports_in(node)
+        return _drops_in(node) | _ports_in(plan, node)
 
     found: dict[Effect, int] = {}
     for part in netns.parallel(one, plan.nodes):

@@ -35,6 +35,7 @@ from .model import (
     gray_args,
     link_fault,
     node_fault,
+    real_rate,
 )
 
 # -- records ---------------------------------------------------------------
@@ -79,9 +80,12 @@ def _derive(plan: Plan, left: set[Effect]) -> list[Fault]:
                 left -= effects_of(plan, f)
     for e in sorted(left):
         peer = next(i.peer for i in plan.node(e.node).interfaces if i.name == e.port)
-        gray = {EffectKind.LOSS: "loss", EffectKind.CORRUPT: "corrupt", EffectKind.RATE: "rate"}
-        f = link_fault(plan, e.node, peer, silent=e.kind is EffectKind.DROP, **gray_args(
-            **{k: e.value if e.kind is kind else None for kind, k in gray.items()}))
+        shares = {EffectKind.LOSS: "loss", EffectKind.CORRUPT: "corrupt"}
+        gray = gray_args(rate=None, **{k: e.value if e.kind is kind else None
+                                       for kind, k in shares.items()})
+        if e.kind is EffectKind.RATE:  # the kernel's (wall) bit/s, back in the fault's units
+            gray["rate_bps"] = real_rate(plan, int(e.value))
+        f = link_fault(plan, e.node, peer, silent=e.kind is EffectKind.DROP, **gray)
         if not any(f.same_target(g) for g in found):
             found.append(f)
     return found

@@ -18,6 +18,8 @@ from ..errors import ExitCode, NodeNotFoundError, RocelabError
 from ..plan import Node, Plan
 from ..units import UnitError, parse_percent, parse_speed
 
+MIN_WALL_BPS = 8000  # a gray rate's floor as shaped: the pause switch's own "stopped" rate
+
 
 class FaultError(RocelabError):
     """A fault cannot be injected or healed as asked (unknown target, not failed, ...)."""
@@ -34,14 +36,14 @@ class EffectKind(str, Enum):
     DROP = "drop"
     LOSS = "loss"  # gray: a share of the frames arriving on the port dropped at random
     CORRUPT = "corrupt"  # gray: a share of the RoCE frames arriving altered (bad ICRC)
-    RATE = "rate"  # gray: the port sends at most `value` bits per second
+    RATE = "rate"  # gray: the port sends at most `value` bits per second (wall, as shaped)
 
 
 class Effect(NamedTuple):
     kind: EffectKind
     node: str
     port: str
-    value: str = ""  # gray effects: the percentage ("1.5") or the rate in bit/s
+    value: str = ""  # gray effects: the percentage ("1.5") or the rate in (wall) bit/s
 
     def __str__(self) -> str:
         how = f" {self.value}{'%' if self.kind is not EffectKind.RATE else ' bit/s'}" if self.value else ""
@@ -192,10 +194,34 @@ def link_fault(plan: Plan, a: str, b: str, silent: bool = False, loss_pct: float
         raise FaultError("silent: a silent fault drops every frame; loss, corrupt and rate "
                          "degrade a link that stays up -- give one or the other")
     if rate_bps is not None and plan.congestion:
-        raise FaultError(f"rate: lab {plan.lab} is shaped (congestion:), and its ports' rates "
-                         "belong to its congestion plane; give the link a lower speed in "
-                         "links.per_link instead")
+        _check_shaped_rate(plan, fault.a, fault.b or "", rate_bps)
     return fault
+
+
+def _check_shaped_rate(plan: Plan, a: str, b: str, rate_bps: int) -> None:
+    """On a shaped lab a gray rate is real-equivalent, like the link's speed: below that
+    speed, and not so low that the port, shaped at rate / D, would stand still."""
+    speed = min(p.speed_bps for p in plan.node(a).ports_to(b))
+    if rate_bps >= speed:
+        raise FaultError(f"rate: below the link's speed {speed / 1e9:g}G on shaped lab "
+                         f"{plan.lab} (rates are real-equivalent, like link speeds; got "
+                         f"{rate_bps / 1e9:g}G)")
+    if wall_rate(plan, rate_bps) < MIN_WALL_BPS:
+        raise FaultError(f"rate: at least {MIN_WALL_BPS * plan.dilation / 1e6:g}M on lab "
+                         f"{plan.lab} (dilation {plan.dilation:g}: shaped at rate / "
+                         f"{plan.dilation:g}; got {rate_bps / 1e6:g}M)")
+
+
+def wall_rate(plan: Plan, rate_bps: int) -> int:
+    """A gray rate as the port is shaped: real-equivalent / D on a shaped lab (as link
+    speeds are), in whole bytes per second (what the kernel keeps)."""
+    wall = int(plan.dilation.wall_bps(rate_bps))
+    return wall - wall % 8
+
+
+def real_rate(plan: Plan, wall_bps: int) -> int:
+    """The real-equivalent rate of a port shaped at `wall_bps` (wall_rate's inverse)."""
+    return round(wall_bps * plan.dilation)
 
 
 def node_fault(plan: Plan, name: str, silent: bool = False) -> Fault:
@@ -242,15 +268,16 @@ def gray_args(loss: str | float | None, corrupt: str | float | None,
         raise FaultError(str(e)) from None
 
 
-def gray_effects(fault: Fault) -> list[tuple[EffectKind, str]]:
-    """(kind, value) of a gray fault's effects, on each end of its link."""
+def gray_effects(fault: Fault, plan: Plan) -> list[tuple[EffectKind, str]]:
+    """(kind, value) of a gray fault's effects, on each end of its link: a rate as the
+    ports are shaped (wall bit/s, `wall_rate`)."""
     out = []
     if fault.loss_pct is not None:
         out.append((EffectKind.LOSS, _pct(fault.loss_pct)))
     if fault.corrupt_pct is not None:
         out.append((EffectKind.CORRUPT, _pct(fault.corrupt_pct)))
     if fault.rate_bps is not None:
-        out.append((EffectKind.RATE, str(fault.rate_bps)))
+        out.append((EffectKind.RATE, str(wall_rate(plan, fault.rate_bps))))
     return out
 
 
@@ -263,7 +290,7 @@ def effects_of(plan: Plan, fault: Fault) -> set[Effect]:
     a gray fault's effects on both ends of its link (hosts too)."""
     if fault.gray:
         a, b = fault.a, fault.b or ""
-        return {Effect(kind, node, port, value) for kind, value in gray_effects(fault)
+        return {Effect(kind, node, port, value) for kind, value in gray_effects(fault, plan)
                 for port_a in plan.node(a).ports_to(b)
                 for node, port in ((a, port_a.name), (b, port_a.peer_ifname))}
     kind = EffectKind.DROP if fault.silent else EffectKind.DOWN

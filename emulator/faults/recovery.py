@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import converge, netns
+from .. import bridge, converge, netns
 from ..errors import ConvergeTimeout
 from ..plan import Kind, Plan
 from . import inject
@@ -34,7 +34,8 @@ from .model import Convergence, Fault, FaultEvent, HealEvent, links_of
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
 RESAMPLE_S = 0.5  # re-read every FIB this often anyway: a lost netlink message cannot hide a change
-# router -> host prefix -> next hops (0 = no route); on l2: switch -> port -> STP state
+# router -> host prefix -> next hops (0 = no route); on l2: switch -> port -> STP state, and
+# "mac <host MAC>" -> the port that MAC was learned on (converge.bridge_forwarding)
 Widths = dict[str, dict[str, Any]]
 Sample = tuple[float, str, dict[str, Any]]
 Progress = Callable[[str], None]
@@ -50,18 +51,70 @@ def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
 def expected_forwarding(plan: Plan, after: dict[str, Any]) -> Widths:
     """What the watcher waits for: the FIB widths on a routed fabric (expected_fib); on l2,
     every live switch port's STP state in the tree 802.1D settles on around the cuts (the
-    cut ports themselves are left out: down, or -- silent -- forwarding with no BPDUs)."""
+    cut ports themselves are left out: down, or -- silent -- forwarding with no BPDUs), and
+    for each host the port toward it along that tree (`mismatched` says how it is read)."""
     if plan.routed:
         return expected_fib(plan, after)
     cut = frozenset(frozenset(link) for link in after.get("cut_links", []))
     tree = plan.stp_tree(cut, frozenset(after.get("failed_nodes", [])))
-    return {sw: {port: st for port, st in ports.items() if st != "disabled"}  # type: ignore[misc]
+    macs = _tree_macs(plan, tree)
+    return {sw: {port: st for port, st in ports.items() if st != "disabled"} | macs[sw]
             for sw, ports in tree.items()}
 
 
+def _tree_macs(plan: Plan, tree: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Switch -> "mac <host MAC>" -> the port toward that host along `tree` (links forwarding
+    at both ends), on the switches that carry frames to it: those with another host behind
+    them. One with none (spine2 on the planned l2 tree: only its link to leaf1 forwards)
+    sees that host's frames only as flood copies, and the copy the tree carries reaches the
+    host, so a stale entry there loses nothing. Hosts with more than one NIC are left out."""
+    out: dict[str, dict[str, str]] = {sw: {} for sw in tree}
+    for host in plan.hosts:
+        nic = host.interfaces[0]
+        if len(host.interfaces) == 1 and _forwards(tree, nic.peer, nic.peer_ifname):
+            for sw, port in _toward(plan, tree, host.name, nic.peer, nic.peer_ifname).items():
+                out[sw][converge.MAC_KEY + nic.mac] = port
+    return out
+
+
+def _forwards(tree: dict[str, dict[str, str]], node: str, port: str) -> bool:
+    return tree.get(node, {}).get(port) == "forwarding"
+
+
+def _toward(plan: Plan, tree: dict[str, dict[str, str]], host: str, leaf: str,
+            port: str) -> dict[str, str]:
+    """Switch -> its port toward `host` (on `leaf`'s `port`), for the switches with another
+    host behind them on the tree."""
+    toward, order = {leaf: port}, [leaf]
+    for sw in order:  # breadth first from the host's leaf; `order` grows as it goes
+        for p in plan.node(sw).interfaces:
+            if p.fabric and p.peer not in toward and _forwards(tree, sw, p.name) \
+                    and _forwards(tree, p.peer, p.peer_ifname):
+                toward[p.peer] = p.peer_ifname
+                order.append(p.peer)
+    behind = {sw: any(not p.fabric and p.peer != host and _forwards(tree, sw, p.name)
+                      for p in plan.node(sw).interfaces) for sw in order}
+    for sw in reversed(order):  # a switch's hosts are behind every switch nearer the host
+        if behind[sw] and sw != leaf:
+            behind[plan.node(sw).interface(toward[sw]).peer] = True
+    return {sw: p for sw, p in toward.items() if behind[sw]}
+
+
+def mismatched(have: dict[str, Any], want: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Where one router's or switch's forwarding state differs from `want` (an entry of
+    `expected_forwarding`): key -> (have, want); {} is settled. The one definition `fail`
+    and `heal` wait for and `status` calls converged: every expected ECMP width or STP port
+    state holds, and every host MAC the target lists for a switch (`_tree_macs`) that it
+    has learned points along the tree (one it has not learned is flooded, which reaches
+    the host; one learned before the tree moved sends the host's frames where they are
+    dropped until it ages out). Pure."""
+    return {k: (have.get(k), w) for k, w in want.items()
+            if have.get(k) != w and not (k.startswith(converge.MAC_KEY) and k not in have)}
+
+
 def _matches(state: Widths, expected: Widths) -> bool:
-    """Every expected entry holds (an l2 state may have more ports: the cut ones)."""
-    return all(state.get(r, {}).get(k) == v for r, want in expected.items() for k, v in want.items()) \
+    """Every router or switch settled (`mismatched`), and each one read at least once."""
+    return all(not mismatched(state.get(r, {}), want) for r, want in expected.items()) \
         and all(r in state for r in expected)
 
 
@@ -99,7 +152,7 @@ class FibWatcher:
         t = time.monotonic()
         node = self.plan.node(router)
         widths = (converge.fib_widths_of(self.plan, node) if self.plan.routed
-                  else converge.stp_states_of(self.plan, node))
+                  else converge.bridge_forwarding_of(self.plan, node))
         with self._changed:
             if widths != self.current.get(router):
                 self.samples.append((t, router, widths))
@@ -165,8 +218,29 @@ def settle(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: floa
         watch.wait_quiet(event["monotonic"], converge.USER_STABLE_S,
                          max(0.0, deadline - time.monotonic()))
         return
-    watch.wait_for(expected_forwarding(plan, event["after"]),
-                   max(0.0, deadline - time.monotonic()))
+    target = expected_forwarding(plan, event["after"])
+    if not plan.routed:  # l2: the tree first, then the MAC tables it left behind
+        watch.wait_for(_ports_only(target), max(0.0, deadline - time.monotonic()))
+        _forget_stale(plan, watch.current, target)
+    watch.wait_for(target, max(0.0, deadline - time.monotonic()))
+
+
+def _ports_only(target: Widths) -> Widths:
+    return {sw: {k: v for k, v in want.items() if not k.startswith(converge.MAC_KEY)}
+            for sw, want in target.items()}
+
+
+def _forget_stale(plan: Plan, current: Widths, target: Widths) -> None:
+    """Delete the host MACs the switches learned off the settled tree: what 802.1D's
+    topology change (short ageing) is for, and what the kernel's leaves undone when the
+    change ended before the entry aged (measured: an entry on a blocked port outlived a
+    heal by 30 s; the default ageing is 300 s)."""
+    stale = {sw: [(k[len(converge.MAC_KEY):], have) for k, (have, _) in
+                  mismatched(current.get(sw, {}), want).items()
+                  if k.startswith(converge.MAC_KEY) and have is not None]
+             for sw, want in target.items()}
+    netns.parallel(lambda sw: bridge.forget_macs(plan.node(sw), stale[sw]),
+                   [sw for sw, entries in stale.items() if entries])
 
 
 def fail_settled(plan: Plan, fault: Fault, timeout_s: float,
@@ -205,8 +279,7 @@ def _drain(s: socket.socket) -> None:
 def _mismatch(lab: str, state: Widths, expected: Widths, timeout_s: float) -> str:
     bad = []
     for router, want in expected.items():
-        have = state.get(router, {})
-        diff = {p: f"{have.get(p)} (want {w})" for p, w in want.items() if have.get(p) != w}
+        diff = {p: f"{h} (want {w})" for p, (h, w) in mismatched(state.get(router, {}), want).items()}
         if diff:
             p, d = next(iter(diff.items()))
             bad.append(f"{router}: {len(diff)} entries differ, e.g. {p}: {d}")

@@ -36,6 +36,7 @@ from .model import Family, Histogram, Kind, Labels
 from .scrape import Scraper
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
+EXPOSE_FLAGS = {"metrics": "--expose", "up": "--expose-metrics"}  # the opt-in, per command
 
 
 def _escape(v: str) -> str:
@@ -115,6 +116,23 @@ class Listen:
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
+    @property
+    def exposed(self) -> bool:
+        """Reachable from other machines: any address but loopback (0.0.0.0 and :: are all)."""
+        return not ipaddress.ip_address(self.host).is_loopback
+
+    def check_exposure(self, expose: bool, flag: str = EXPOSE_FLAGS["metrics"]) -> None:
+        """Refuse a non-loopback address unless the user opted in with `flag`."""
+        if self.exposed and not expose:
+            raise RocelabError(f"{self} is not a loopback address: /metrics would be reachable "
+                               f"from other machines; add {flag} to serve there, or use "
+                               f"{DEFAULT_LISTEN}")
+
+    def warning(self) -> str:
+        """The one line printed when serving on an exposed address."""
+        return (f"warning: serving /metrics on {self}, reachable from other machines "
+                "(no authentication)")
+
     @classmethod
     def parse(cls, text: str) -> Listen:
         host, sep, port = text.rpartition(":")
@@ -124,7 +142,7 @@ class Listen:
             ipaddress.ip_address(host.strip("[]"))
         except ValueError:
             raise RocelabError(f"--listen {text!r}: expected ADDRESS:PORT, "
-                               f"e.g. {DEFAULT_LISTEN} or 0.0.0.0:9464") from None
+                               f"e.g. {DEFAULT_LISTEN} or [::1]:9464") from None
         return cls(host.strip("[]"), int(port))
 
 
@@ -152,8 +170,11 @@ class _Server6(ThreadingHTTPServer):
     address_family = socket.AF_INET6
 
 
-def serve(scraper: Scraper, listen: Listen) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Start serving /metrics on a background thread (an IPv6 address: an IPv6 socket)."""
+def serve(scraper: Scraper, listen: Listen,
+          expose: bool = False) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Start serving /metrics on a background thread (an IPv6 address: an IPv6 socket).
+    A non-loopback address only with `expose` (the user's --expose)."""
+    listen.check_exposure(expose)
     cls = _Server6 if ":" in listen.host else ThreadingHTTPServer
     try:
         server = cls((listen.host, listen.port), _handler(scraper))
@@ -165,12 +186,13 @@ def serve(scraper: Scraper, listen: Listen) -> tuple[ThreadingHTTPServer, thread
     return server, thread
 
 
-def run(scraper: Scraper, listen: Listen, ready: Callable[[int], None]) -> None:
+def run(scraper: Scraper, listen: Listen, ready: Callable[[int], None],
+        expose: bool = False) -> None:
     """Serve until SIGINT or SIGTERM; `ready(port)` once listening (port 0: the one bound)."""
     # Block the stop signals before the server thread exists, so it inherits the
     # mask and only sigwait() below ever receives them.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    server, thread = serve(scraper, listen)
+    server, thread = serve(scraper, listen, expose)
     ready(server.server_port)
     signal.sigwait({signal.SIGINT, signal.SIGTERM})
     server.shutdown()
@@ -188,6 +210,7 @@ def main() -> None:
     ap.add_argument("--lab", required=True)
     ap.add_argument("--listen", required=True, help="ADDRESS:PORT (port 0: a free one)")
     ap.add_argument("--ready", type=Path, help="write the URL here once listening")
+    ap.add_argument("--expose", action="store_true", help="allow a non-loopback address")
     args = ap.parse_args()
     scraper = Scraper(state.lab_plan(args.lab))
 
@@ -200,7 +223,9 @@ def main() -> None:
 
     try:
         where = Listen.parse(args.listen)
-        run(scraper, where, ready)
+        if where.exposed and args.expose:
+            print(f"rocelab metrics: {where.warning()}", file=sys.stderr)
+        run(scraper, where, ready, args.expose)
     except RocelabError as e:
         print(f"rocelab metrics: error: {e}", file=sys.stderr)
         sys.exit(1)

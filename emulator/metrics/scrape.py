@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import outfile
 from ..errors import RocelabError
 from ..plan import Plan, compile_plan
 from ..spec import parse as parse_spec
@@ -66,15 +67,15 @@ class Scraper:
         """Write every collector's raw fetch output (the unit tests' fixtures) and the spec."""
         from .. import state
 
-        out.mkdir(parents=True, exist_ok=True)
+        outfile.make_dir(out)
         record = state.read(self.plan.lab) or {}
         paths = [out / "capture.json"]
-        paths[0].write_text(json.dumps({"lab": self.plan.lab, "spec": record.get("spec")}, indent=1))
+        outfile.write_text(paths[0], json.dumps({"lab": self.plan.lab, "spec": record.get("spec")}, indent=1))
         for name, o in self.fetch().items():
             if o.error:
                 raise RocelabError(f"capture: collector {name} failed: {o.error}")
             paths.append(out / f"{name}.json")
-            paths[-1].write_text(json.dumps(encode_raw(o.raw), indent=1) + "\n")
+            outfile.write_text(paths[-1], json.dumps(encode_raw(o.raw), indent=1) + "\n")
         return paths
 
     def close(self) -> None:

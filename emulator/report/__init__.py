@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import outfile
 from ..plan import Plan
 from . import data as data_mod
 from . import html, markdown
@@ -22,8 +23,8 @@ from . import html, markdown
 
 def save(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
     """results.json, then the report beside it (every command that has `--out`)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    outfile.make_dir(out)
+    outfile.write_text(out / "results.json", json.dumps(results, indent=1) + "\n")
     return [out / "results.json"] + write(out, results, plan)
 
 
@@ -31,7 +32,7 @@ def write(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
     """Every picture and both reports into `out` (beside results.json); returns the paths."""
     from . import plots, topology  # matplotlib: ~1 s to import, only when drawing
 
-    out.mkdir(parents=True, exist_ok=True)
+    outfile.make_dir(out)
     d = data_mod.load(results)
     paths = plots.draw_all(d, plan, out)
     if plan is not None:
@@ -40,31 +41,31 @@ def write(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
             paths.append(topology.draw(plan, out / f"topology.{suffix}", load, d.duration_s,
                                        title=d.title))
     md = out / "report.md"
-    md.write_text(markdown.render(d, "topology.png" if plan is not None else None))
+    outfile.write_text(md, markdown.render(d, "topology.png" if plan is not None else None))
     page = out / "report.html"
-    page.write_text(html.render(d, out))
+    outfile.write_text(page, html.render(d, out))
     return paths + [md, page]
 
 
 def save_compare(out: Path, results: Mapping[str, Any], plans: Mapping[str, Plan]) -> list[Path]:
     """A compare run: results.json, the compare report and its plots in `out`, and each
     fabric's own report (plots, topology, report.md/html) in `out/LABEL/`."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    outfile.make_dir(out)
+    outfile.write_text(out / "results.json", json.dumps(results, indent=1) + "\n")
     return [out / "results.json"] + write_compare(out, results, plans)
 
 
 def write_compare(out: Path, results: Mapping[str, Any], plans: Mapping[str, Plan]) -> list[Path]:
     from . import compare, plots
 
-    out.mkdir(parents=True, exist_ok=True)
+    outfile.make_dir(out)
     paths = []
     for label, fabric in results["fabrics"].items():
         paths += write(out / label, fabric, plans.get(label))
     d = compare.load(dict(results))
     paths += plots.draw_compare(d, out)
     md = out / "report.md"
-    md.write_text(compare.markdown(d))
+    outfile.write_text(md, compare.markdown(d))
     page = out / "report.html"
-    page.write_text(compare.html_page(d, out))
+    outfile.write_text(page, compare.html_page(d, out))
     return paths + [md, page]

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from .. import outfile
 from ..congestion.model import CNP_TC  # noqa: E402
 from ..plan import Plan  # noqa: E402
 from .data import PLOTS, ReportData  # noqa: E402
@@ -70,7 +71,8 @@ def _events(ax: Axes, d: ReportData) -> None:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI)
+    with outfile.open_fresh(path) as f:  # never through a link planted at the name
+        fig.savefig(f, format=path.suffix[1:], dpi=DPI)
     plt.close(fig)
     return path
 

@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 
+from .. import outfile
 from ..plan import Kind, Link, Plan  # noqa: E402
 from ..spec import Role  # noqa: E402
 
@@ -143,7 +144,8 @@ def _draw(plan: Plan, path: Path, load: dict[tuple[str, str], float] | None, dur
     fig.suptitle(title or f"lab {plan.lab}", fontsize=12, fontweight="bold")
     ax.set_title(_subtitle(plan), fontsize=9, color="#444444")
     _legend(fig, ax, util, what, norm, {n.role or n.kind.value for n in plan.nodes})
-    fig.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)
+    with outfile.open_fresh(path) as f:  # never through a link planted at the name
+        fig.savefig(f, format=path.suffix[1:], dpi=110, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return path
 

@@ -34,6 +34,7 @@ from typing import Any
 PORT_PREFIX = "rocelab."
 JOBS = Path("/tmp/rocelab-jobs")
 COUNTERS = Path("/sys/class/infiniband/rxe0/ports/1/hw_counters")
+MAX_LINE = 16 << 20  # bytes of one message either way (a `run` reply carries its output)
 RECONNECT_POLL_S = 0.05  # the host side of a port is closed: poll(2) says POLLHUP at once
 
 
@@ -41,15 +42,31 @@ def encode(msg: dict[str, Any]) -> bytes:
     return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
 
 
-class Lines:
-    """Split a byte stream into complete lines (a message may arrive in pieces)."""
+class LineTooLong(ValueError):
+    """A message passed MAX_LINE bytes without its newline."""
 
-    def __init__(self) -> None:
+
+class Lines:
+    """Split a byte stream into complete lines (a message may arrive in pieces), each at
+    most `max_line` bytes: a longer one is never buffered whole (LineTooLong; the host
+    drops the connection, the agent skips the rest of that line)."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
         self.buf = b""
+        self.max_line = max_line
+        self.skipping = False  # inside a line already refused: drop up to its newline
 
     def feed(self, data: bytes) -> list[bytes]:
         self.buf += data
         *lines, self.buf = self.buf.split(b"\n")
+        if self.skipping:
+            if not lines:
+                self.buf = b""
+                return []
+            lines, self.skipping = lines[1:], False
+        if len(self.buf) > self.max_line or any(len(line) > self.max_line for line in lines):
+            self.skipping, self.buf = len(self.buf) > self.max_line, b""
+            raise LineTooLong(f"a message longer than {self.max_line} bytes")
         return [line for line in lines if line.strip()]
 
 
@@ -182,7 +199,12 @@ def serve_port(path: str, jobs: Jobs) -> None:
                 data = b""
             if not data:  # the host closed its end: this session is over
                 break
-            for line in lines.feed(data):
+            try:
+                got = lines.feed(data)
+            except LineTooLong as e:  # refused, not buffered: say so, read on
+                session.send({"ok": False, "error": f"dropped {e}"})
+                continue
+            for line in got:
                 threading.Thread(target=session.handle, args=(line,), daemon=True).start()
         session.close()
         _wait_for_host(fd)

@@ -8,6 +8,7 @@ so a reply meant for an earlier client of the same port is never taken for ours.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -17,7 +18,7 @@ import time
 from typing import Any
 
 from ..errors import RocelabError
-from .agent import Lines
+from .agent import MAX_LINE, Lines, LineTooLong
 
 
 class AgentError(RocelabError):
@@ -25,8 +26,9 @@ class AgentError(RocelabError):
 
 
 class Channel:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, max_line: int = MAX_LINE) -> None:
         self.sock = sock
+        self.max_line = max_line  # of one line from the agent (agent.MAX_LINE: 16 MiB)
         self.nonce = os.urandom(4).hex()
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
@@ -36,7 +38,7 @@ class Channel:
         self.reader.start()
 
     def _read(self) -> None:
-        lines = Lines()
+        lines = Lines(self.max_line)
         while True:
             try:
                 data = self.sock.recv(65536)
@@ -47,7 +49,14 @@ class Channel:
             if not data:
                 self._fail(why)
                 return
-            for line in lines.feed(data):
+            try:
+                got = lines.feed(data)
+            except LineTooLong as e:  # a guest that never ends its line: drop it
+                self._fail(f"the agent sent {e}: connection dropped")
+                with contextlib.suppress(OSError):
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                return
+            for line in got:
                 self._deliver(line)
 
     def _deliver(self, line: bytes) -> None:

@@ -6,7 +6,8 @@ keeps only the kernel and the closure of the modules the guest loads, under the
 cache (`<repo>/.cache/guest/`, or $ROCELAB_GUEST_DIR). `initramfs` builds a gzip'd
 newc cpio in Python (no cpio, no kmod on the host): static busybox, those modules
 in load order and an /init that mounts the host's root read-only over virtio-9p
-and starts the agent with the host's own Python. It is cached by its content.
+and starts the agent with the host's own Python. It is cached by its content,
+and a cached file whose content does not match its name is rebuilt before a boot.
 
     python -m emulator.rxe.guest fetch     # idempotent; progress on stderr
 """
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,8 +196,12 @@ def initramfs_entries(kernel: Kernel, busybox: bytes, init: str) -> list[Entry]:
     return entries
 
 
-def initramfs(kernel: Kernel | None = None, cache: Path | None = None) -> Path:
-    """The guest's initramfs (gzip'd newc cpio), built once per content."""
+def initramfs(kernel: Kernel | None = None, cache: Path | None = None,
+              into: Path | None = None) -> Path:
+    """The guest's initramfs (gzip'd newc cpio), built once per content. With `into`
+    (a file in a run dir only root writes), the checked bytes are written there and that
+    path returned: the cache, whoever can write it, cannot be swapped between the check
+    and QEMU reading the file."""
     cache = cache or cache_dir()
     kernel = kernel or installed(cache)
     if kernel is None:
@@ -203,18 +209,36 @@ def initramfs(kernel: Kernel | None = None, cache: Path | None = None) -> Path:
                          "(or `make setup`)")
     if not BUSYBOX.exists():
         raise GuestError(f"{BUSYBOX} missing: apt-get install busybox-static")
-    entries = initramfs_entries(kernel, BUSYBOX.read_bytes(), INIT.read_text())
-    digest = hashlib.sha256()
-    for e in entries:
-        digest.update(e.name.encode() + b"\0" + e.data + b"\0%o" % e.mode)
-    path = cache / f"initramfs-{digest.hexdigest()[:16]}.gz"
-    if not path.exists():
+    data = archive(initramfs_entries(kernel, BUSYBOX.read_bytes(), INIT.read_text()))
+    digest = hashlib.sha256(data).hexdigest()
+    path = cache / f"initramfs-{digest[:16]}.gz"
+    packed = checked(path, digest)
+    if packed is None:  # absent, or not what its name says: never boot it
+        packed = gzip.compress(data, compresslevel=1, mtime=0)
         # one temporary file per writer: guests boot in parallel, and two building at
         # once through one name replaced each other's half-written file
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(gzip.compress(archive(entries), compresslevel=1, mtime=0))
+        tmp.write_bytes(packed)
         tmp.replace(path)
-    return path
+    if into is None:
+        return path
+    into.write_bytes(packed)
+    return into
+
+
+def checked(path: Path, digest: str) -> bytes | None:
+    """A cached initramfs's bytes if its archive's sha256 is `digest` (None: missing,
+    not gzip, or another content). The cache is trusted by content, not by name."""
+    try:
+        packed = path.read_bytes()
+        return packed if hashlib.sha256(gzip.decompress(packed)).hexdigest() == digest else None
+    except (FileNotFoundError, gzip.BadGzipFile, EOFError, zlib.error):
+        return None
+
+
+def unpacked_digest(path: Path) -> str:
+    """sha256 of the archive inside a gzip'd initramfs."""
+    return hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import state
-from ..paths import node_run_dir
+from ..paths import lab_run_dir, node_run_dir
 from ..plan import Node, Plan
 from ..spec import HostKind
 from . import guest
@@ -73,7 +73,9 @@ def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict
     progress(f"rxe hosts as QEMU guests: {why}")
     progress(f"booting {len(vms)} rxe guest{'s' if len(vms) != 1 else ''} "
              f"({', '.join(v.name for v in vms)}; QEMU/TCG, Linux Soft-RoCE)")
-    initrd = guest.initramfs()  # built (if this content is new) once, not by each guest
+    # built (if this content is new) and checked once, not by each guest; booted from
+    # the lab's own run dir, not from the cache it was checked in
+    initrd = guest.initramfs(into=lab_run_dir(plan.lab) / "initramfs.gz")
     for vm in vms:  # registered before any starts: a failed boot stops the others too
         undo.callback(vm.stop)
     t0 = time.monotonic()

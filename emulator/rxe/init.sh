@@ -1,7 +1,8 @@
 #!/bin/busybox sh
-# /init of an rxe guest (emulator/rxe/guest.py packs it): modules, the host's root
-# read-only over virtio-9p, eth0 as the kernel command line says, Soft-RoCE on eth0,
-# then the agent (emulator/rxe/agent.py) with the host's own Python, chrooted.
+# /init of an rxe guest (emulator/rxe/guest.py packs it): modules, a tmpfs root with
+# only what the host exports (emulator/rxe/guestfs.py: /usr, a minimal /etc, the
+# package, its venv and Python, each read-only over virtio-9p), eth0 as the kernel
+# command line says, Soft-RoCE on eth0, then the agent (emulator/rxe/agent.py), chrooted.
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
@@ -21,27 +22,25 @@ for arg in $(cat /proc/cmdline); do
         rocelab.mtu=*) MTU=${arg#*=} ;;
         rocelab.python=*) PY=${arg#*=} ;;
         rocelab.agent=*) AGENT=${arg#*=} ;;
-        rocelab.keep=*) KEEP=${arg#*=} ;;
+        rocelab.mounts=*) MOUNTS=${arg#*=} ;;
+        rocelab.links=*) LINKS=${arg#*=} ;;
     esac
 done
 
 R=/newroot
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose hostroot $R || {
-    say "cannot mount the host root over 9p"; poweroff -f; }
+mount -t tmpfs -o mode=0755 root $R
+mkdir -p $R/proc $R/sys $R/dev $R/run $R/var/tmp $R/tmp $R/root $R/mnt
+chmod 1777 $R/tmp $R/var/tmp
+chmod 0700 $R/root
+ln -s ../run $R/var/run
+for l in $(echo "$LINKS" | tr ',' ' '); do ln -s "${l#*:}" "$R/${l%%:*}"; done
+for m in $(echo "$MOUNTS" | tr ',' ' '); do
+    mkdir -p "$R${m#*:}" && mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose \
+        "${m%%:*}" "$R${m#*:}" || { say "cannot mount ${m#*:} (${m%%:*}) over 9p"; poweroff -f; }
+done
 mount -t proc proc $R/proc
 mount -t sysfs sys $R/sys
 mount -t devtmpfs dev $R/dev
-# directories under the tmpfs places that the guest needs from the host (a checkout
-# in /tmp): held aside by bind mounts, then moved back on top of the tmpfs
-n=0; KEPT=""
-for k in $(echo "$KEEP" | tr ',' ' '); do
-    mkdir -p /keep/$n && mount -o bind "$R$k" /keep/$n && KEPT="$KEPT $n:$k"
-    n=$((n + 1))
-done
-for d in tmp run var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $R/$d; done
-for e in $KEPT; do
-    mkdir -p "$R${e#*:}" && mount -o move "/keep/${e%%:*}" "$R${e#*:}" || say "cannot keep ${e#*:}"
-done
 mkdir -p $R/dev/pts $R/dev/shm && mount -t devpts devpts $R/dev/pts && mount -t tmpfs tmpfs $R/dev/shm
 
 hostname "${NAME:-rxe}"

@@ -28,8 +28,8 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from .. import netns, state
-from . import guest
+from .. import netns, rundirs, state
+from . import guest, guestfs
 from .channel import AgentError, Channel, hello
 
 PORTS = 4
@@ -41,22 +41,16 @@ QEMU = "qemu-system-x86_64"
 WIRE_PRIO = 60000  # the tc wire's filter: after the congestion plane's (default 49152)
 
 
-# The guest puts tmpfs on these; a checkout or venv under one would vanish from its view.
-GUEST_TMPFS = ("/tmp", "/run", "/var/tmp")
-
-
-def keep_dirs() -> list[str]:
-    """The directories the guest must see from the host's root even where it mounts
-    tmpfs (a checkout in /tmp, as CI clones): the package's tree, the venv and the
-    Python it was made from, those under a tmpfs place, outermost only."""
-    import sys
-
-    roots = {guest.REPO, Path(sys.prefix).resolve(),
-             Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
-    under = sorted(str(r) for r in roots
-                   if any(str(r).startswith(t + "/") for t in GUEST_TMPFS) and "," not in str(r)
-                   and " " not in str(r))
-    return [d for d in under if not any(d.startswith(o + "/") for o in under if o != d)]
+# QEMU's seccomp filter: no obsolete syscalls, no fork/exec, no scheduler or affinity
+# changes. set*uid stays allowed: QEMU 7.2 installs the filter before -runas drops root,
+# and elevateprivileges=deny kills it there (SIGSYS, measured); once it runs as
+# QEMU_USER (uid, euid and saved uid alike, no capabilities, no_new_privs) there is no
+# privilege left to elevate to.
+SANDBOX = "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"
+# QEMU drops root for this user once its devices are open (the tap, the 9p exports,
+# the agent sockets and the console file): what it serves is then only what this user
+# may read, and a guest that breaks out of QEMU is nobody on the host.
+QEMU_USER = "nobody"
 
 
 class VmError(AgentError):
@@ -83,6 +77,11 @@ class RxeVm:
     def console(self) -> Path:
         return self.run_dir / "console.log"
 
+    @property
+    def etc(self) -> Path:
+        """The guest's /etc (guestfs.build_etc), exported in place of the host's."""
+        return self.run_dir / "guest-etc"
+
     def sock(self, i: int) -> Path:
         return self.run_dir / f"agent{i}.sock"
 
@@ -93,13 +92,15 @@ class RxeVm:
         kernel = guest.installed()
         if kernel is None:
             raise VmError(f"{self.name}: no guest kernel: run `python -m emulator.rxe.guest fetch`")
-        initrd = initrd or guest.initramfs(kernel)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        rundirs.make_private_dir(self.run_dir, exist_ok=True)  # root's only (rundirs)
+        initrd = initrd or guest.initramfs(kernel, into=self.run_dir / "initramfs.gz")
+        guestfs.build_etc(self.etc, self.name)
         t0 = time.monotonic()
         self.wire()
         with netns.entered(self.netns), open(self.run_dir / "qemu.log", "ab") as log:
             self._proc = subprocess.Popen(
                 self.qemu_argv(kernel.vmlinuz, initrd), env=state.base_env(self.lab),
+                umask=rundirs.PRIVATE_UMASK,  # its agent sockets and files: 0600
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         self.pid = self._proc.pid
@@ -115,23 +116,31 @@ class RxeVm:
     def qemu_argv(self, vmlinuz: Path, initrd: Path) -> list[str]:
         import sys
 
-        agent = Path(__file__).with_name("agent.py")
+        agent = Path(__file__).resolve().with_name("agent.py")
+        # the venv's python by its own name (it finds pyvenv.cfg beside it), its dir
+        # resolved: the guest has the exported directories at their real paths only
+        python = Path(sys.executable).parent.resolve() / Path(sys.executable).name
+        exports = guestfs.exports(self.etc, guest.REPO)
+        links, _ = guestfs.top_links()
         cmdline = " ".join([
             "console=ttyS0", "panic=-1", "quiet", "loglevel=4", f"rocelab.name={self.name}",
             f"rocelab.addr={self.address}", f"rocelab.mtu={self.mtu}",
-            f"rocelab.python={sys.executable}", f"rocelab.agent={agent}",
-            f"rocelab.keep={','.join(keep_dirs())}",
+            f"rocelab.python={python}", f"rocelab.agent={agent}",
+            *guestfs.cmdline(exports, links),
             *([f"rocelab.gw={self.gateway}"] if self.gateway else [])])
         argv = [QEMU, "-accel", "tcg", "-cpu", "max", "-smp", str(self.cpus),
                 "-m", str(self.memory_mib), "-name", f"{self.lab}-{self.name}",
                 "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+                "-sandbox", SANDBOX, "-runas", QEMU_USER,
                 "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
                 "-serial", f"file:{self.console}",
                 "-netdev", f"tap,id=n0,ifname={TAP},script=no,downscript=no",
                 "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile=",
-                "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
-                "-device", "virtio-9p-pci,fsdev=root,mount_tag=hostroot",
                 "-device", "virtio-serial-pci"]
+        for e in exports:  # forbid: an export never reaches a file system mounted inside it
+            argv += ["-fsdev", f"local,id=fs{e.tag},path={e.host},security_model=none,readonly=on,"
+                     "multidevs=forbid",
+                     "-device", f"virtio-9p-pci,fsdev=fs{e.tag},mount_tag={e.tag}"]
         for i in range(PORTS):
             argv += ["-chardev", f"socket,id=a{i},path={self.sock(i)},server=on,wait=off",
                      "-device", f"virtserialport,chardev=a{i},name=rocelab.{i}"]
@@ -174,7 +183,7 @@ class RxeVm:
 
     def stop(self) -> None:
         if self.pid is not None:
-            state.kill_pids([self.pid])
+            state.kill_pids([self.pid], self.lab)
         if self._proc is not None:
             self._proc.wait()
 

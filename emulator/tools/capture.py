@@ -59,7 +59,9 @@ def tcpdump_argv(port: str, count: int, bpf: str | None) -> list[str]:
     if count:
         argv += ["-c", str(count)]
     if bpf and bpf.strip():
-        argv.append(bpf)  # one argument: tcpdump joins the rest of its argv into the expression
+        # after `--`: a filter that starts with `-` ("-w /etc/x") is an expression tcpdump
+        # refuses, never an option; one argument (tcpdump joins the rest into the expression)
+        argv += ["--", bpf]
     return argv
 
 
@@ -256,7 +258,7 @@ def capture(plan: Plan, node: str, port: str, open_sink: Callable[[], BinaryIO],
             proc.wait(STOP_TIMEOUT_S)
     finally:
         if proc.poll() is None:
-            kill_pids([proc.pid])
+            kill_pids([proc.pid], plan.lab)
         for pipe in (proc.stdout, proc.stderr):
             if pipe:
                 pipe.close()

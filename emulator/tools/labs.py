@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from .. import faults, netns, state
-from ..converge import fib_widths_of, stp_states_of, unrouted, user_config
+from ..converge import bridge_forwarding_of, fib_widths_of, unrouted, user_config
 from ..errors import RocelabError
 from ..paths import lab_run_dir
 from ..plan import Plan
@@ -81,13 +81,13 @@ def created_at(record: dict[str, Any] | None, run_dir: Path) -> float | None:
 
 def fib_problems(widths: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]],
                  bridged: bool = False) -> list[str]:
-    """Routers whose FIB (switches whose STP port states, `bridged`) differ from what is
-    expected, one line each (pure)."""
+    """Routers whose FIB (switches whose forwarding, `bridged`: faults.mismatched, what
+    `status` and `heal` use) differ from what is expected, one line each (pure)."""
     out = []
-    missing = None if bridged else 0
     for router, want in expected.items():
         have = widths.get(router, {})
-        bad = {p: have.get(p, missing) for p, w in want.items() if have.get(p, missing) != w}
+        bad = ({p: h for p, (h, _) in faults.mismatched(have, want).items()} if bridged else
+               {p: have.get(p, 0) for p, w in want.items() if have.get(p, 0) != w})
         if bad:
             p, w = next(iter(bad.items()))
             what = ("ports not in the planned STP state" if bridged
@@ -139,7 +139,7 @@ def _fib(plan: Plan, recorded: list[faults.Fault]) -> list[str]:
     plan and the recorded faults require -- the same target `status` and `fail` use."""
     expected = faults.expected_forwarding(plan, dict(faults.after_state(plan, recorded)))
     routers = [plan.node(r) for r in expected]
-    read = fib_widths_of if plan.routed else stp_states_of
+    read = fib_widths_of if plan.routed else bridge_forwarding_of
     pairs = netns.parallel(lambda n: (n.name, read(plan, n)), routers)
     widths: dict[str, dict[str, Any]] = dict(pairs)  # type: ignore[arg-type]
     if user_config(plan):  # the user's policy decides the widths: only a router routing none

@@ -1,10 +1,13 @@
-"""The lab's own vtysh on one router: `vtysh --vty_socket <the router's run dir>`.
+"""The lab's own vtysh on one router: `vtysh --vty_socket DIR --config_dir DIR`, DIR the
+router's run dir (frr.vtysh_argv).
 
 Every router's daemons open their vty sockets in /run/rocelab/<lab>/<router>/
 (frr.daemon_argv), so pointing vtysh there reaches that router's FRR and
 nothing else; without --vty_socket vtysh would talk to the host's own FRR
-(/var/run/frr), if any. vtysh talks to unix sockets only, so it runs in the
-caller's namespace; it carries the lab's tag like every process a lab starts.
+(/var/run/frr), if any, and without --config_dir `write memory` would write the
+host's /etc/frr/frr.conf (Debian's vtysh.conf sets the integrated config). vtysh
+talks to unix sockets only, so it runs in the caller's namespace; it carries the
+lab's tag like every process a lab starts.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ..errors import RocelabError
+from ..frr import vtysh_argv
 from ..paths import node_run_dir
 from ..plan import Plan
 from ..state import base_env
@@ -35,7 +39,7 @@ class VtyshError(RocelabError):
 
 def argv(lab: str, node: str, commands: Sequence[str] = ()) -> list[str]:
     """vtysh bound to one router's vty sockets, with a `-c` per command (none: interactive)."""
-    out = ["vtysh", "--vty_socket", str(node_run_dir(lab, node))]
+    out = vtysh_argv(lab, node)
     for c in commands:
         out += ["-c", c]
     return out

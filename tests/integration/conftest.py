@@ -1,17 +1,20 @@
 """Integration fixtures: real labs in namespaces, always destroyed, and proof the host is untouched.
 
 Every lab built here is named `it-*` (or $ROCELAB_TEST_PREFIX*); the session fixture snapshots the root
-namespace (links, addresses, routes, selected sysctls, nftables) before the
-first test and compares after the last, and checks that no `it-*` namespace,
-process or run dir survives.
+namespace (links, addresses, routes, selected sysctls and the neighbour-table limits,
+nftables) and the host's FRR (/etc/frr's contents, /run/frr's listing) before the first
+test and compares after the last, and checks that no `it-*` namespace, process or run dir
+survives.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -29,13 +32,25 @@ SYSCTLS = [
     "net/ipv6/conf/all/forwarding", "net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad",
     "net/ipv4/conf/all/rp_filter", "net/ipv4/conf/default/rp_filter",
     "net/ipv4/conf/all/ignore_routes_with_linkdown", "net/ipv6/conf/all/disable_ipv6",
+    *[f"net/{fam}/neigh/default/gc_thresh{n}" for fam in ("ipv4", "ipv6") for n in (1, 2, 3)],
 ]
+HOST_FRR_CONFIG, HOST_FRR_RUN = Path("/etc/frr"), Path("/run/frr")
+# Modules whose tests need longer than pytest-timeout's default (pyproject.toml): the
+# bound covers the module's lab coming up in its first test. Seconds.
+LONG = {"test_scale.py": 900, "test_rxe.py": 900, "test_rxe_ecn.py": 900,
+        "test_rxe_interop.py": 900, "test_rxe_telemetry.py": 900, "test_rxe_transfer.py": 900,
+        "test_engine.py": 600, "test_experiments.py": 600, "test_diagnose.py": 600,
+        "test_gray.py": 600, "test_neighbours.py": 600, "test_ci.py": 600,
+        "test_frr_config.py": 600, "test_telemetry.py": 600, "test_compare_run.py": 600,
+        "test_l2_demos.py": 600}
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if "integration" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+            if (seconds := LONG.get(Path(str(item.fspath)).name)) and not item.get_closest_marker("timeout"):
+                item.add_marker(pytest.mark.timeout(seconds))
 
 
 def _need_root_and_frr():
@@ -61,7 +76,25 @@ def root_snapshot() -> dict:
                                                  text=True).stdout
     return {"links": links, "addrs": addrs, "routes4": _ip_json("route", "show", "table", "all"),
             "routes6": _ip_json("-6", "route", "show", "table", "all"), "sysctls": sysctls,
-            "nft": nft, "rules": _ip_json("rule", "show")}
+            "nft": nft, "rules": _ip_json("rule", "show"), "frr_config": tree_digests(HOST_FRR_CONFIG),
+            "frr_run": tree_listing(HOST_FRR_RUN)}
+
+
+def tree_digests(root: Path) -> dict[str, str]:
+    """Every file under root (not following links) -> its SHA-256; a link -> its target."""
+    out = {}
+    for path in sorted(root.rglob("*")) if root.is_dir() else []:
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = "-> " + os.readlink(path)
+        elif path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def tree_listing(root: Path) -> list[str]:
+    """Names under root (sockets, pid files: their contents change as the host's FRR runs)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.is_dir() else []
 
 
 def leftovers(name_prefix: str = PREFIX) -> dict:
@@ -79,7 +112,7 @@ def host_untouched():
     yield
     after = root_snapshot()
     for key in before:
-        assert after[key] == before[key], f"root namespace changed: {key}"
+        assert after[key] == before[key], f"the host changed: {key}"
     assert not leftovers(), f"tests left lab resources behind: {leftovers()}"
 
 
@@ -172,3 +205,19 @@ def wait_for_line(proc: subprocess.Popen, text: str, timeout: float) -> str:
             if not line:
                 break
     raise AssertionError(f"no {text!r} from {proc.args} within {timeout} s; it said {seen!r}")
+
+
+def engine_identity(lab_: Lab, host: str) -> tuple[int, int]:
+    """(PID, start time in clock ticks after boot) of the engine serving `host`: a crashed
+    engine that a later `transfer` silently restarted has another (PIDs may be reused; the
+    pair is not)."""
+    from emulator.engine import client
+    from emulator.engine.wire import Channel
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(client.sock_path(lab_.plan, lab_.plan.node(host))))
+    with Channel(sock) as ch:
+        ch.send({"cmd": "ping"})
+        pid = int(ch.recv()["pid"])
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return pid, int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime

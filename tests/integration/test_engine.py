@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +15,7 @@ from emulator.errors import ExitCode
 from emulator.roce.fastpath import FrameBuilder, Segment
 from emulator.roce.headers import Opcode
 
-from .conftest import PREFIX, cli, make_lab, poll
+from .conftest import PREFIX, cli, engine_identity, make_lab, poll
 
 MIB64 = "64MiB"
 
@@ -46,9 +45,14 @@ def test_a_region_of_256_mib_and_more_is_built_and_moved(fabric):
 
 
 def test_a_rate_limit_paces_the_transfer(fabric):
-    res = transfer(fabric, "--src", "prefill3", "--dst", "decode3", "--size", "16MiB",
-                   "--qps", "2", "--rate", "400M")  # unshaped lab: D = 1
-    assert res["integrity_ok"] and 0.3 <= res["goodput_gbps"] <= 0.41, res["goodput_gbps"]
+    args = ("--src", "prefill3", "--dst", "decode3", "--size", "16MiB", "--qps", "2")
+    free = transfer(fabric, *args)["goodput_gbps"]  # what this machine does now, unpaced
+    res = transfer(fabric, *args, "--rate", "400M")  # unshaped lab: D = 1
+    # Never above the rate. Below it, a pacer whose timers wake late on a busy machine falls
+    # behind (0.20 of 0.4 Gbit/s seen on a loaded 2-core box, unpaced 1.26), so the floor only
+    # catches a unit error: a quarter of the rate, or of the unpaced figure if that is lower.
+    assert res["integrity_ok"] and res["goodput_gbps"] <= 0.41, res["goodput_gbps"]
+    assert res["goodput_gbps"] >= 0.25 * min(0.4, free), (res["goodput_gbps"], free)
     bad = cli("transfer", fabric.name, "--src", "prefill3", "--dst", "decode3", "--size", "1MiB",
               "--rate", "fast", check=False)
     assert bad.returncode == ExitCode.USAGE and "--rate" in bad.stderr and "'fast'" in bad.stderr
@@ -92,7 +96,9 @@ def test_one_percent_loss_on_the_spines_still_delivers(fabric):
 
 def test_dead_path_fails_the_qp_instead_of_hanging(fabric):
     spines = [fabric.plan.node(s) for s in ("spine1", "spine2")]
-    t0 = time.monotonic()
+    ends = [fabric.plan.node(h) for h in ("prefill3", "decode3")]
+    client.ensure_engines(fabric.plan, ends)
+    engines = {h.name: engine_identity(fabric, h.name) for h in ends}
     try:
         for spine in spines:
             forwarding.set_loss(spine, 100.0, roce_only=True)  # TCP setup still works
@@ -101,10 +107,11 @@ def test_dead_path_fails_the_qp_instead_of_hanging(fabric):
     finally:
         for spine in spines:
             forwarding.clear_loss(spine)
-    assert res.get("rc") == 8 and "retry" in res["error"], res
-    assert time.monotonic() - t0 < 60
+    assert res.get("rc") == 8 and "retry" in res["error"], res  # (a hang: the module's timeout)
     after = transfer(fabric, "--src", "prefill3", "--dst", "decode3", "--size", "1MiB")
-    assert after["integrity_ok"]  # the engine survived
+    assert after["integrity_ok"]
+    # the same engines: `transfer` would have started new ones in place of crashed ones
+    assert {h.name: engine_identity(fabric, h.name) for h in ends} == engines
 
 
 def _sender(lab, host: str, kind: int, proto: int) -> socket.socket:
@@ -126,17 +133,43 @@ def test_corrupted_icrc_is_dropped_and_counted(fabric):
          what="bad ICRC counted by decode4's engine")
 
 
+@pytest.fixture(scope="module")
+def fuzzed(fabric):
+    """decode2's engine before the fuzz: its identity, its transport counters, and the
+    datagrams the fuzz sent it (filled in by the fuzz)."""
+    dst = fabric.plan.node("decode2")
+    client.ensure_engines(fabric.plan, [dst])
+    return {"engine": engine_identity(fabric, "decode2"),
+            "transport": client.stats(fabric.plan, dst)["transport"], "sent": []}
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(payload=st.binary(min_size=0, max_size=1500))
-def test_malformed_datagrams_never_crash_the_engine(fabric, payload):
+def test_malformed_datagrams_never_crash_the_engine(fabric, fuzzed, payload):
     dst = fabric.plan.node("decode2")
     with _sender(fabric, "prefill2", socket.SOCK_DGRAM, 0) as s:
         s.sendto(payload, (dst.address, 4791))
+    fuzzed["sent"].append(len(payload))
+    assert engine_identity(fabric, "decode2") == fuzzed["engine"]
 
 
-def test_engine_alive_after_fuzzing(fabric):
+def test_engine_alive_after_fuzzing(fabric, fuzzed):
+    dst = fabric.plan.node("decode2")
+    # Every datagram that fits one IPv4 packet on a 1500-byte path reached the engine's
+    # parser (larger ones may arrive as fragments, which its filter drops), and none was
+    # taken for a valid segment.
+    whole = sum(1 for n in fuzzed["sent"] if n <= 1472)
+    assert whole > 0, "the fuzz sent nothing (run it with the fuzz test, not alone)"
+
+    def grown() -> dict[str, int]:
+        now = client.stats(fabric.plan, dst)["transport"]
+        return {k: now[k] - fuzzed["transport"][k] for k in ("rx_datagrams", "malformed", "bad_icrc")}
+
+    seen = poll(lambda: (g := grown())["rx_datagrams"] >= whole and g, what=f">= {whole} datagrams")
+    assert seen["malformed"] + seen["bad_icrc"] >= whole, seen
+    assert engine_identity(fabric, "decode2") == fuzzed["engine"]  # never crashed, never restarted
     res = transfer(fabric, "--src", "prefill2", "--dst", "decode2", "--size", "2MiB")
-    assert res["integrity_ok"]
+    assert res["integrity_ok"] and engine_identity(fabric, "decode2") == fuzzed["engine"]
 
 
 def test_bad_arguments_are_one_line(fabric):

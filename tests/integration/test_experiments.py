@@ -194,7 +194,9 @@ def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(tmp_path):
     fail, heal = r["events"]
     assert (fail["action"], heal["action"]) == ("fail", "heal")
     assert fail["iso"] and heal["iso"] and fail["t_s"] < heal["t_s"]
-    assert fail["convergence"]["settled"] and fail["convergence"]["converge_s"] < 2.0
+    # a spine's links lose carrier: no timer waited for, so well under a third of clos-2x4's
+    # 9 s BGP hold time (not "< 2 s", a loaded machine's speed; make bench measures it)
+    assert fail["convergence"]["settled"] and fail["convergence"]["converge_s"] < 9 / 3
     assert fail["convergence"]["leaf_ecmp"]["leaf1"] == [1, 1]  # one spine left
     assert heal["convergence"]["settled"]
     assert not leftovers(name)  # the run brought its lab up, so it took it down

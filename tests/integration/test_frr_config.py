@@ -153,7 +153,9 @@ def test_the_vtysh_action_runs_on_the_timeline(policy, tmp_path):
     assert r["integrity_ok"]
     drain, summary, bad = r["events"]
     assert drain["kind"] == "vtysh" and drain["node"] == "spine1" and "error" not in drain
-    assert drain["commands"][-1] == "bgp graceful-shutdown" and 0.2 <= drain["t_s"] < 1.0
+    # due at 0.2 s of a 20 s run: done within the run's first quarter (not "< 1 s", which is
+    # the machine's speed: vtysh alone takes ~0.3 s on a loaded two-core machine)
+    assert drain["commands"][-1] == "bgp graceful-shutdown" and 0.2 <= drain["t_s"] < 20 / 4
     assert "Neighbor" in summary["output"]  # what vtysh printed
     assert "no-such-thing" in bad["error"] or "Unknown command" in bad["error"]
     # graceful shutdown stays: the leaves give spine1's paths local-pref 0

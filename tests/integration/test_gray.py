@@ -7,8 +7,10 @@ import json
 import subprocess
 
 import pytest
+from pyroute2 import IPRoute
 
-from emulator import faults, state
+from emulator import faults, netns, state
+from emulator.congestion import qos
 
 from .conftest import PREFIX, cli, make_lab
 
@@ -80,9 +82,45 @@ def test_bad_gray_arguments_get_one_line_naming_the_field_and_change_nothing(lab
 
 def test_gray_faults_in_an_experiment(tmp_path):
     """experiments/gray-link.yaml: its expect block holds (loss retransmits, corruption shows
-    as bad ICRC, the slow link doubles the handoff p50), and nothing stays failed."""
+    as bad ICRC, the slow link doubles the handoff p50), and nothing stays failed.
+
+    Issue 24 (11): it ran on an unshaped lab, whose clean window moved at the CPU's speed,
+    and a loaded machine brought that near the slow window's 400 Mbit/s (slow p50 1.5x
+    clean, 2 of 2). It now runs on a shaped lab: both windows at line rates the emulation
+    fixes, the gray rate (50G of 400G) dilated like the links (12.5 of 100 Mbit/s)."""
     out = tmp_path / "gray"
     cli("run", "experiments/gray-link.yaml", "--name", f"{PREFIX}grayx", "--out", str(out), timeout=300)
-    flows = {f["name"]: f for f in json.loads((out / "results.json").read_text())["flows"]}
+    res = json.loads((out / "results.json").read_text())
+    flows = {f["name"]: f for f in res["flows"]}
+    assert res["link_rate_bps"] == 100e6 and res["dilation"] == 4000  # a shaped lab
     assert flows["corrupt"]["bad_icrc"] > 0 and flows["clean"]["bad_icrc"] == 0
     assert flows["loss"]["retransmitted_packets"] > 0
+    assert flows["slow"]["goodput_bps"] <= 50e9 / 4000  # the gray rate, shaped at rate / D
+    assert flows["slow"]["handoff_p50_s"] > 2 * flows["clean"]["handoff_p50_s"]
+
+
+def _port_class_bps(lab_name: str, node: str, port: str) -> int | None:
+    """Class 1:1's rate on a shaped lab's port, in bit/s, read over netlink."""
+    plan = state.lab_plan(lab_name)
+    with netns.entered(plan.node(node).netns), IPRoute() as ipr:
+        return qos.port_rate(ipr, ipr.link_lookup(ifname=port)[0])
+
+
+@pytest.fixture
+def shaped():
+    yield from make_lab("topologies/clos-2x4-cc.yaml", f"{PREFIX}graycc")
+
+
+def test_a_shaped_labs_gray_rate_is_dilated_seen_by_status_and_healed(shaped):
+    """Issue 24 (11): `--rate` was refused on a shaped lab. 100G on a 400G link at D = 4000
+    sets each end's port class 1:1 to 25 Mbit/s; status reads it back as the 100G fault,
+    and heal sets the port back to its 100 Mbit/s."""
+    out = cli("fail", shaped.name, "link", "leaf1", "spine1", "--rate", "100G").stdout
+    assert "gray: rate 100000 Mbit/s" in out
+    assert _port_class_bps(shaped.name, "leaf1", "spine1") == 25_000_000
+    assert _port_class_bps(shaped.name, "spine1", "leaf1") == 25_000_000
+    (f,) = json.loads(cli("status", shaped.name, "--json", check=False).stdout)["faults"]
+    assert f["rate_bps"] == 100 * 10**9
+    cli("heal", shaped.name, "link", "leaf1", "spine1")
+    assert _port_class_bps(shaped.name, "leaf1", "spine1") == 100_000_000
+    assert not effects(shaped)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from emulator import bridge, netns, state
 from emulator.engine import client
@@ -139,14 +140,17 @@ def test_evpn_leaf_bridges_host_ports_and_the_vxlan_device(evpn):
 def test_metrics_top_and_kv_work_on_bridged_fabrics(which, request):
     lab_ = request.getfixturevalue(which)
     scrape = cli("metrics", lab_.name, "--once").stdout
-    assert "rocelab_port_tx_bytes_total" in scrape or "rocelab_" in scrape
+    sent = {(s.labels["node"], s.labels["port"]): s.value for fam in text_string_to_metric_families(scrape)
+            for s in fam.samples if s.name == "rocelab_interface_tx_bytes_total"}
+    assert {n for n, _ in sent} == {n.name for n in lab_.plan.nodes}  # every node's ports
+    assert sent[("leaf1", "spine1")] > 0  # the reach check's frames went up leaf1's uplink
     bgp_up = [line for line in scrape.splitlines() if line.startswith("rocelab_bgp_daemon_up")]
     assert bool(bgp_up) is (which == "evpn")  # no FRR on an l2 fabric, underlay FRR on evpn
     top = cli("top", lab_.name, "--once", "--interval", "0.5").stdout
     assert "hottest ports" in top and lab_.name in top
     kv = json.loads(cli("kv", lab_.name, "--tokens", "32", "--requests", "2", "--json").stdout)
-    assert kv["integrity_ok"] if "integrity_ok" in kv else all(
-        r["integrity_ok"] for r in kv.get("requests", kv.get("results", [])))
+    assert kv["aggregate"]["transfers"] == 2 and kv["aggregate"]["integrity_ok"] is True
+    assert len(kv["requests"]) == 2 and all(r["integrity_ok"] is True for r in kv["requests"])
 
 
 def test_congestion_plane_on_an_evpn_fabric():

@@ -71,16 +71,24 @@ def test_sigterm_during_up_rolls_back():
     assert not traces(name), err
 
 
-def test_down_all_removes_rocelab_labs_and_nothing_else():
+def test_down_all_with_a_prefix_removes_those_labs_and_nothing_else():
+    """`down --all --prefix`: the suite never runs a bare `down --all`, which would take every
+    lab on the machine, a user's too. Another lab (here one tagged process of it) and a plain
+    namespace survive."""
     foreign = f"{PREFIX}foreign-ns"  # an ordinary namespace someone else made
+    other = f"{PREFIX}other-lab"  # not under the prefix given to down
     netns.create(foreign)
+    keeper = subprocess.Popen(["sleep", "600"], env=state.base_env(other), start_new_session=True)
     try:
         cli("up", "topologies/clos-2x4.yaml", "--name", f"{PREFIX}all-a")
-        res = cli("down", "--all")
-        assert f"lab {PREFIX}all-a:" in res.stdout
+        res = cli("down", "--all", "--prefix", f"{PREFIX}all-")
+        assert f"lab {PREFIX}all-a:" in res.stdout and other not in res.stdout
         assert not traces(f"{PREFIX}all-a")
-        assert netns.exists(foreign)
+        assert netns.exists(foreign) and keeper.poll() is None
+        assert state.tagged_processes().get(keeper.pid) == other
     finally:
+        keeper.kill()
+        keeper.wait(10)
         netns.remove(foreign)
 
 

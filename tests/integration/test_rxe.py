@@ -3,10 +3,13 @@ Soft-RoCE; real perftest and ibv_rc_pingpong between them across the fabric."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+
+from emulator.rxe import guest, guestfs, hosts
 
 from .conftest import PREFIX, cli, make_rxe_lab, poll, rxe_vm
 
@@ -68,6 +71,59 @@ def test_rc_pingpong(rxe_lab):
         assert server.wait(job, timeout=30) == 0
     finally:
         server.kill(job)
+
+
+# Runs as root in the guest (its own /usr/bin/python3): tries the host's secrets where the
+# guest sees them, then looks inside every 9p export QEMU offers (where /init mounted it,
+# or mounted here if /init did not: a virtio-9p channel mounts once at a time).
+PEEK = r"""
+import ctypes, glob, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def head(p):
+    try:
+        with open(p, "rb") as f:
+            return f.read(256).hex()
+    except OSError:
+        return None
+tags = sorted(open(t).read().strip("\0\n ")
+              for t in glob.glob("/sys/bus/virtio/drivers/9pnet_virtio/virtio*/mount_tag"))
+where = {ln.split()[0]: ln.split()[1] for ln in open("/proc/mounts") if ln.split()[2] == "9p"}
+found = []
+for i, tag in enumerate(tags):
+    if tag not in where:
+        where[tag] = f"/mnt/peek{i}"
+        os.makedirs(where[tag], exist_ok=True)
+        if libc.mount(tag.encode(), where[tag].encode(), b"9p", 1, b"trans=virtio") != 0:
+            raise OSError(ctypes.get_errno(), f"mount {tag}")  # 1: MS_RDONLY
+    found += [f"{tag}:{r}" for r in ("etc/shadow", "shadow", "proc/1/environ", "1/environ", "root",
+                                     "run/rocelab", "rocelab")
+              if os.path.lexists(os.path.join(where[tag], r))]
+print(json.dumps({"shadow": head("/etc/shadow"), "root": sorted(os.listdir("/root")),
+                  "init": open("/proc/1/cmdline").read(), "tags": tags, "found": found,
+                  "run_dirs": os.path.lexists("/run/rocelab")}))
+"""
+
+
+def test_the_guest_reads_none_of_the_hosts_files(rxe_lab):
+    """Issue 24, item 3: only /usr, a minimal /etc, the package, its venv and Python are
+    exported (read-only, one 9p export each), by a QEMU that runs as nobody under its
+    seccomp sandbox: root in the guest reads neither the host's /etc/shadow, nor /root,
+    nor the host's /proc, nor any lab's run dir, in any export QEMU offers."""
+    assert Path("/etc/shadow").exists()  # what the guest must not see is there to see
+    rc, out, err = vm(rxe_lab, "prefill1").exec(["python3", "-c", PEEK], timeout=60)
+    assert rc == 0, err
+    seen = json.loads(out)
+    assert seen["shadow"] is None
+    exported = {p.relative_to("/root").parts[0] for p in guestfs.package_dirs(guest.REPO)
+                if Path("/root") in p.parents}
+    assert set(seen["root"]) <= exported, seen["root"]  # at most the path to an export
+    assert "/init" in seen["init"].split("\0")  # its /proc is its own: PID 1 is the guest's /init
+    assert len(seen["tags"]) >= 3 and seen["found"] == []  # /etc, /usr, the package at least
+    assert not seen["run_dirs"]  # no lab's run dir, its own or another's
+    for pid in hosts.running(NAME).values():
+        status = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/status").read_text().splitlines())
+        assert status["Uid"].split() == ["65534"] * 4  # nobody: real, effective, saved, fs
+        assert status["Seccomp"].strip() == "2" and status["CapEff"].strip() == "0" * 16
 
 
 def qemus(lab: str) -> list[int]:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from emulator.engine import client as engine
 from emulator.errors import ExitCode
 from emulator.perftest import report
 from emulator.roce.icrc import check_icrc
 from emulator.roce.pcap import read_pcap
 
-from .conftest import PREFIX, ROCELAB, cli, make_rxe_lab, poll, rxe_vm
+from .conftest import PREFIX, ROCELAB, cli, make_rxe_lab, poll, rxe_vm, wait_for_line
 
 NAME = f"{PREFIX}rxi"
 PERFTEST_PORT = 18515
@@ -45,17 +45,18 @@ def real_argv(test: str, size: int, iters: int, qps: int) -> list[str]:
 
 
 def engine_server(test: str, on: str, size: int, iters: int, qps: int) -> subprocess.Popen:
-    """`rocelab perftest --server` on an engine host, returned once it waits for a client."""
+    """`rocelab perftest --server` on an engine host, returned once it waits for a client
+    (within 60 s: its output is read against a deadline, never to an EOF that may not come)."""
     proc = subprocess.Popen([ROCELAB, "perftest", NAME, test, "--server", "--on", on, "-s",
                              str(size), "-n", str(iters), "-q", str(qps)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if "waiting for a client" in line:
-            return proc
-    raise AssertionError("engine server never waited for a client:\n" + "".join(seen))
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_line(proc, "waiting for a client", 60)  # said on stderr; the report on stdout
+    except AssertionError:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return proc
 
 
 def one_row(text: str):
@@ -64,20 +65,31 @@ def one_row(text: str):
     return rows[0]
 
 
+def engine_received(lab_, host: str) -> int:
+    """RoCE datagrams the engine on `host` has received (0 before it runs)."""
+    node = lab_.plan.node(host)
+    engine.ensure_engines(lab_.plan, [node])
+    return engine.stats(lab_.plan, node)["transport"]["rx_datagrams"]
+
+
 def real_client_to_engine(lab_, test, size, iters, qps, server_on="prefill3"):
+    """Returns the client's and the server's rows, and the datagrams the engine received."""
+    before = engine_received(lab_, server_on)
     server = engine_server(test, server_on, size, iters, qps)
     try:
         res = cli("exec", NAME, "prefill1", "--",
                   *real_argv(test, size, iters, qps), addr(lab_, server_on), timeout=180)
-        out, _ = server.communicate(timeout=60)
+        out, err = server.communicate(timeout=60)
     finally:
         server.kill()
-    assert server.returncode == 0, out
-    return one_row(res.stdout), one_row(out)
+    assert server.returncode == 0, err
+    return one_row(res.stdout), one_row(out), engine_received(lab_, server_on) - before
 
 
 def engine_client_to_real(lab_, test, size, iters, qps, src="prefill2"):
+    """Returns the engine's and the real server's rows, and the packets rxe accepted."""
     host = vm(lab_, "decode1")
+    before = host.counters().get("rcvd_pkts", 0)
     job = host.spawn(real_argv(test, size, iters, qps))
     try:
         poll(lambda: f":{PERFTEST_PORT} " in host.exec(["ss", "-Hltn"], timeout=10)[1],
@@ -88,15 +100,18 @@ def engine_client_to_real(lab_, test, size, iters, qps, src="prefill2"):
         out, err = host.read(job)
     finally:
         host.kill(job)
-    return one_row(res.stdout), one_row(out)
+    return one_row(res.stdout), one_row(out), host.counters()["rcvd_pkts"] - before
 
 
 @pytest.mark.parametrize("test,size,iters,qps", [
     ("write_bw", 4096, 500, 1), ("write_bw", 65536, 200, 2),
     ("read_bw", 1000, 500, 1), ("read_bw", 65536, 200, 2), ("send_bw", 4096, 300, 1)])
 def test_real_perftest_client_with_an_engine_server(lab, test, size, iters, qps):
-    client, server = real_client_to_engine(lab, test, size, iters, qps)
+    client, server, received = real_client_to_engine(lab, test, size, iters, qps)
     assert (client.size, client.iters) == (size, iters * qps)  # perftest counts over all QPs
+    # The data arrived (perftest's rows only echo the arguments): at least one datagram per
+    # message (a WRITE or SEND per iteration, or a READ request) reached the engine.
+    assert received >= iters * qps, received
     # Not `client.bw_avg > 0`: perftest times with the guest's TSC, which under TCG now
     # and then reads 0.00 for a run that did move the data (seen once in ~20 runs).
     if test != "send_bw":  # write/read: the server prints the figures the client sent it
@@ -107,9 +122,10 @@ def test_real_perftest_client_with_an_engine_server(lab, test, size, iters, qps)
     ("write_bw", 65536, 200, 2), ("read_bw", 1000, 500, 1), ("read_bw", 65536, 200, 2),
     ("send_bw", 4096, 300, 1)])
 def test_engine_client_with_a_real_perftest_server(lab, test, size, iters, qps):
-    mine, theirs = engine_client_to_real(lab, test, size, iters, qps)
+    mine, theirs, accepted = engine_client_to_real(lab, test, size, iters, qps)
     assert (mine.size, mine.iters) == (size, iters * qps) and mine.bw_avg > 0.5
     assert theirs.size == size and theirs.iters == iters * qps
+    assert accepted >= iters * qps, accepted  # rxe's own count: one packet per message at least
     if test != "send_bw":
         assert theirs.bw_avg == mine.bw_avg  # the real server printed the engine's report
 
@@ -131,7 +147,7 @@ def test_engine_and_rxe_numbers_are_comparable(lab):
     to_engine = cli("perftest", NAME, "write_bw", "--src", "prefill2", "--dst", "prefill3",
                     "-s", "65536", "-n", "200", "--json", timeout=120)
     eng = json.loads(to_engine.stdout)["client"]["rows"][0]["bw_avg"]
-    mine, _ = engine_client_to_real(lab, "write_bw", 65536, 200, 1)
+    mine, _, _ = engine_client_to_real(lab, "write_bw", 65536, 200, 1)
     assert eng > 0 and mine.bw_avg > 0
     assert mine.bw_avg < eng * 5  # an rxe peer is not faster than the engine by far
 
@@ -156,7 +172,8 @@ def test_go_back_n_between_rxe_and_the_engine_under_loss(lab, tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for port, f in (("prefill1", pcap), ("prefill2", pcap2))]
     try:
-        time.sleep(1.0)  # tcpdump listening
+        for cap in caps:  # said once tcpdump listens (not a sleep that may be too short)
+            wait_for_line(cap, "capturing", 30)
         real_client_to_engine(lab, "write_bw", 4096, 2000, 1)
         engine_client_to_real(lab, "write_bw", 4096, 2000, 1)
         engine_client_to_real(lab, "read_bw", 1000, 2000, 1)

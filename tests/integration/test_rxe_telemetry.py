@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.metrics.collectors import rxe as rxe_collector
 from emulator.rxe.hosts import running, vm_for
 
 from .conftest import PREFIX, cli, make_rxe_lab, poll
@@ -76,6 +77,9 @@ def test_ib_write_bw_grows_the_rxe_counters(lab, url, prometheus):
 
 def test_a_stopped_guest_reads_down_without_stalling_the_scrape(lab, url):
     pid = running(NAME)["decode1"]
+    t0 = time.monotonic()
+    samples(url)
+    base = time.monotonic() - t0  # the same scrape with every guest answering, this run
     os.kill(pid, signal.SIGSTOP)  # a hung guest: its agent socket accepts, nothing answers
     try:
         t0 = time.monotonic()
@@ -83,7 +87,8 @@ def test_a_stopped_guest_reads_down_without_stalling_the_scrape(lab, url):
         took = time.monotonic() - t0
         assert by(got["rocelab_rxe_up"], node="decode1") == 0
         assert by(got["rocelab_rxe_up"], node="prefill1") == 1
-        assert took < 3.0, took
+        # the hung guest costs the rxe collector's budget (with its 0.2 s grace), not a stall
+        assert took < base + 2 * (rxe_collector.TIMEOUT_S + 0.2), (took, base)
         assert "rocelab_bgp_daemon_up" in got  # the rest of the scrape is intact
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -135,7 +135,19 @@ def by(values: dict[tuple, float], **match: str) -> float:
     return sum(v for k, v in values.items() if all(dict(k).get(a) == b for a, b in match.items()))
 
 
+def _timed_get(exporter) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    text = _get(exporter)
+    return time.perf_counter() - t0, text
+
+
+LOAD_RATIO = 10  # a scrape that waited for the transfers would take their seconds: 100x and more
+
+
 def test_a_scrape_under_load_stays_within_budget(cc, exporter, tmp_path):
+    """Scrapes while transfers run take a bounded multiple of the same exporter's idle
+    scrapes, measured just before in this run (not an absolute time: that is the machine's)."""
+    idle = [_timed_get(exporter)[0] for _ in range(5)]
     kv = subprocess.Popen([ROCELAB, "kv", cc.name, "--pairs", "prefill1:decode1,prefill2:decode1,"
                            "prefill3:decode1", "--tokens", "96", "--requests", "3",
                            "--concurrency", "3", "--qps", "2", "--out", str(tmp_path / "kv")],
@@ -144,9 +156,8 @@ def test_a_scrape_under_load_stays_within_budget(cc, exporter, tmp_path):
          interval=0.2, what="transfers in flight")
     wall, server = [], []
     while kv.poll() is None and len(wall) < 12:
-        t0 = time.perf_counter()
-        text = _get(exporter)
-        wall.append(time.perf_counter() - t0)
+        took, text = _timed_get(exporter)
+        wall.append(took)
         fam = next(f for f in text_string_to_metric_families(text)
                    if f.name == "rocelab_scrape_collector_duration_seconds")
         server.append(max(s.value for s in fam.samples))
@@ -154,9 +165,11 @@ def test_a_scrape_under_load_stays_within_budget(cc, exporter, tmp_path):
     out, err = kv.communicate(timeout=120)
     assert kv.returncode == 0, err
     p50, top, slowest = statistics.median(wall), max(wall), statistics.median(server)
+    base = statistics.median(idle)
     print(f"scrape under load: {len(wall)} scrapes, HTTP wall p50 {p50 * 1e3:.0f} ms max "
-          f"{top * 1e3:.0f} ms; slowest collector p50 {slowest * 1e3:.0f} ms")
-    assert len(wall) >= 5 and statistics.median(wall) < 0.2, wall
+          f"{top * 1e3:.0f} ms (idle p50 {base * 1e3:.0f} ms); slowest collector p50 "
+          f"{slowest * 1e3:.0f} ms")
+    assert len(wall) >= 5 and p50 < LOAD_RATIO * base, (wall, idle)
     for name in PICTURES + ("results.json", "report.md", "report.html"):
         assert (tmp_path / "kv" / name).stat().st_size > 0, name  # kv --out wrote its report
 

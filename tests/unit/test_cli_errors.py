@@ -72,7 +72,9 @@ CASES = [
     cli(["up", "/nonexistent/topology.yaml"], BAD_FILE),
     cli(["up", "{list_yaml}"], BAD_FILE),
     cli(["up", "{tmp}"], USAGE),  # a directory
-    cli(["up", TOPO, "--name", "Not_A_Name"], BAD_FILE),
+    cli(["up", TOPO, "--name", "Not_A_Name"], USAGE),  # a bad name is a bad command line
+    cli(["up", TOPO, "--name", "x" * 17], USAGE),  # 15 before the first dash
+    cli(["up", TOPO, "--name", ""], USAGE),
     # (a missing file: were the option not checked first, this exits 2 and builds nothing)
     cli(["up", "/nonexistent/topology.yaml", "--timeout", "0"], USAGE),
     cli(["up", "/nonexistent/topology.yaml", "--timeout", "-5"], USAGE),
@@ -83,6 +85,25 @@ CASES = [
     # down
     cli("down", USAGE),
     cli(f"down {NOLAB} --all", USAGE),
+    # issue 24: a lab name is checked before anything is looked up or removed with it
+    cli(["down", "../victim"], USAGE),
+    cli(["down", "/"], USAGE),
+    cli(["down", ".."], USAGE),
+    cli(["down", "."], USAGE),
+    cli(["down", ""], USAGE),
+    cli(["down", "", "--all"], USAGE),
+    # issue 24 (12): "" is not "not given"; a newline or 300 characters: one line naming NAME
+    *(cli([c, ""], USAGE) for c in ("status", "wait", "validate", "top", "save", "diagnose")),
+    *(cli([c, "lab\nx"], USAGE) for c in ("status", "wait", "validate", "top", "diagnose", "down")),
+    *(cli([c, "a" * 300], USAGE) for c in ("status", "wait", "validate", "top", "diagnose", "down")),
+    cli(["exec", "", "leaf1", "--", "true"], USAGE),
+    cli(["exec", FAKE, "../leaf1", "--", "true"], USAGE),
+    cli(["vtysh", FAKE, "leaf1\n", "-c", "show-version"], USAGE),
+    cli(["transfer", FAKE, "--src", "/", "--dst", "decode1", "--size", "1MiB"], USAGE),
+    cli(["metrics", "", "--once"], USAGE),
+    cli(["capture", FAKE, "", "eth0"], USAGE),
+    cli("down --prefix it-", USAGE),  # --prefix only narrows --all
+    cli(["down", "--all", "--prefix", ""], USAGE),  # an empty prefix is not "every lab"
     # status, wait, validate on a lab
     lab(f"status {NOLAB}", NOT_FOUND),
     lab(f"status {NOLAB} --json", NOT_FOUND),

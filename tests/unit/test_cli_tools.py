@@ -63,11 +63,13 @@ def test_ports_are_found_and_an_unknown_port_names_the_ports(plan):
 # -- vtysh -------------------------------------------------------------------
 
 def test_vtysh_is_bound_to_the_routers_own_run_dir():
+    """Its sockets and its config directory (`write memory` never reaches /etc/frr)."""
+    leaf1, spine2 = str(RUN_ROOT / "h2-unit" / "leaf1"), str(RUN_ROOT / "h2-unit" / "spine2")
     assert vtysh.argv("h2-unit", "leaf1", ["show bgp summary json", "show ip route"]) == [
-        "vtysh", "--vty_socket", str(RUN_ROOT / "h2-unit" / "leaf1"),
+        "vtysh", "--vty_socket", leaf1, "--config_dir", leaf1,
         "-c", "show bgp summary json", "-c", "show ip route"]
-    assert vtysh.argv("h2-unit", "spine2") == ["vtysh", "--vty_socket",
-                                               str(RUN_ROOT / "h2-unit" / "spine2")]
+    assert vtysh.argv("h2-unit", "spine2") == ["vtysh", "--vty_socket", spine2,
+                                               "--config_dir", spine2]
 
 
 def test_the_interactive_shell_is_tagged_and_keeps_only_the_terminal():
@@ -99,7 +101,13 @@ def test_tcpdump_takes_whole_frames_to_stdout_packet_by_packet():
         i = argv.index(flag[0])
         assert argv[i:i + 2] == flag
     assert "-U" in argv and "--immediate-mode" in argv
-    assert argv[-1] == "udp port 4791"  # one argument, never a shell string
+    assert argv[-2:] == ["--", "udp port 4791"]  # one argument, never a shell string
+
+
+@pytest.mark.parametrize("bpf", ["-w /etc/passwd", "--version", "-z /bin/sh"])
+def test_a_filter_that_looks_like_an_option_stays_the_expression(bpf):
+    argv = capture.tcpdump_argv("eth0", 0, bpf)
+    assert argv[-2:] == ["--", bpf] and argv.index("--") == len(argv) - 2
 
 
 def test_no_count_and_no_filter_add_no_arguments():

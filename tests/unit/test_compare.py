@@ -327,3 +327,14 @@ def test_rail_fabrics_count_bytes_per_rail_and_compare_and_report_them():
     single = traffic.summarize(load_topology(TOPOS / "clos-2x4.yaml")[1],
                                {"start": {}, "end": {}, "series": {}, "sample_every_s": 0.1}, [])
     assert single["rail_bytes"] == {}
+
+
+@pytest.mark.parametrize("prefix", ["ok/../x", "ok x", "ok\n", "ok-"])
+def test_a_compare_prefix_is_a_whole_lab_name(tmp_path, prefix):
+    # re.match accepted any name that merely began like one ("ok/../x-a"): fullmatch now
+    ok = _write(tmp_path, f"fabrics: {{a: {TOPOS}/clos-2x4.yaml}}\n")
+    with pytest.raises(SpecError) as err:
+        runner.fabrics(ok, name=prefix, live=False)
+    message = str(err.value)
+    assert message.startswith(f"--name: {prefix!r}: lab {prefix + '-a'!r} of fabric a is not a "
+                              "lab name") and "\n" not in message, message

@@ -212,14 +212,50 @@ def test_gray_arguments_are_checked_naming_the_field(kwargs, message):
         gray_args(**({"loss": None, "corrupt": None, "rate": None} | kwargs))
 
 
-def test_gray_faults_refuse_silent_and_a_shaped_labs_rate():
+def test_gray_faults_refuse_silent():
     from emulator.faults.model import FaultError, link_fault
     plan = load_topology("topologies/clos-2x4.yaml")[1]
     with pytest.raises(FaultError, match="silent:"):
         link_fault(plan, "leaf1", "spine1", silent=True, loss_pct=1)
+
+
+def test_a_shaped_labs_gray_rate_is_real_equivalent_and_dilated_like_its_links():
+    """Issue 24 (11): a gray --rate on a shaped lab was refused, so the gray demo ran on an
+    unshaped lab, whose clean window runs at the CPU's speed. It is now taken in the
+    topology's real units (400G links at D = 4000): 100G shapes each end at 25 Mbit/s."""
+    from emulator.faults.model import EffectKind, effects_of, link_fault, real_rate
     shaped = load_topology("topologies/clos-2x4-cc.yaml")[1]
-    with pytest.raises(FaultError, match="rate: lab .* is shaped"):
-        link_fault(shaped, "leaf1", "spine1", rate_bps=10**9)
+    assert shaped.dilation == 4000
+    f = link_fault(shaped, "leaf1", "spine1", rate_bps=100 * 10**9, loss_pct=1)
+    rates = {(e.node, e.port): e.value for e in effects_of(shaped, f) if e.kind is EffectKind.RATE}
+    assert rates == {("leaf1", "spine1"): "25000000", ("spine1", "leaf1"): "25000000"}
+    assert real_rate(shaped, 25_000_000) == f.rate_bps
+    plain = load_topology("topologies/clos-2x4.yaml")[1]  # unshaped: D = 1, as given
+    f = link_fault(plain, "leaf1", "spine1", rate_bps=400 * 10**6)
+    assert {e.value for e in effects_of(plain, f) if e.kind is EffectKind.RATE} == {"400000000"}
+
+
+@pytest.mark.parametrize("topology", ["topologies/clos-2x4.yaml", "topologies/clos-2x4-cc.yaml"])
+def test_an_unrecorded_gray_rate_is_named_from_the_kernel_as_it_was_given(topology):
+    """`status` and `heal --all` name a rate no record explains from its kernel value (wall
+    bit/s); that value used to go through the speed parser ("400000000" is not a rate)."""
+    from emulator.faults.model import link_fault
+    plan = load_topology(topology)[1]
+    f = link_fault(plan, "leaf1", "spine1", rate_bps=50 * 10**9 if plan.congestion else 10**8)
+    (derived,) = inject._derive(plan, faults.effects_of(plan, f))
+    assert derived.rate_bps == f.rate_bps
+    assert faults.effects_of(plan, derived) == faults.effects_of(plan, f)
+
+
+@pytest.mark.parametrize("rate, message", [
+    (400 * 10**9, r"rate: below the link's speed 400G on shaped lab"),
+    (10**7, r"rate: at least 32M on lab .*dilation 4000"),
+])
+def test_a_shaped_labs_gray_rate_must_slow_the_link_and_still_move(rate, message):
+    from emulator.faults.model import FaultError, link_fault
+    shaped = load_topology("topologies/clos-2x4-cc.yaml")[1]
+    with pytest.raises(FaultError, match=message):
+        link_fault(shaped, "leaf1", "spine1", rate_bps=rate)
 
 
 def test_an_experiment_action_can_degrade_a_link():

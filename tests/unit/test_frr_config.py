@@ -150,6 +150,22 @@ def test_a_broken_template_is_one_line_naming_file_and_line(tmp_path, text, word
         assert w in str(e.value)
 
 
+@pytest.mark.parametrize("reach", ["''.__class__.__mro__[1].__subclasses__()",
+                                   "node.__class__.__init__.__globals__",
+                                   "cycler.__init__.__globals__.os"])
+def test_a_template_cannot_reach_python_internals(tmp_path, reach):
+    from emulator.errors import SpecError
+
+    (tmp_path / "bgpd.conf.j2").write_text(f"hostname x\n! {{{{ {reach} }}}}\n")
+    _, plan, _ = rendered("clos-2x4")
+    with pytest.raises(SpecError) as e:
+        render.render(plan, tmp_path)
+    message = str(e.value)
+    assert "\n" not in message and e.value.exit_code == 2, message
+    assert message.startswith(f"{tmp_path / 'bgpd.conf.j2'}: line 2: template: rendering ")
+    assert "unsafe" in message or "undefined" in message, message
+
+
 def test_a_template_that_replaces_nothing_is_refused(tmp_path):
     from emulator.errors import SpecError
 
@@ -254,3 +270,31 @@ def test_refused_by_names_the_line_vtysh_stopped_at():
         'leaf2: FRR rejected line 6 of the overrides frr snippet: "neighbor nosuch route-map A '
         'out": % Specify remote-as or peer-group commands first')
 
+
+
+def test_an_frr_configs_file_is_read_with_a_bound(tmp_path):
+    from emulator.errors import SpecError
+
+    (tmp_path / "saved" / "leaf1").mkdir(parents=True)
+    (tmp_path / "saved" / "leaf1" / "frr.conf").write_bytes(b"!" * ((1 << 20) + 1))
+    with pytest.raises(SpecError, match=r"frr.conf: frr_configs: cannot read: is 1048577 bytes; "
+                                        r"at most 1048576$"):
+        load_topology(_topo(tmp_path, frr_configs="saved"))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "big"])
+def test_a_template_that_is_not_a_small_regular_file_is_refused_unread(tmp_path, kind):
+    import os
+
+    from emulator.errors import SpecError
+
+    t = tmp_path / "bgpd.conf.j2"
+    if kind == "fifo":
+        os.mkfifo(t)  # Jinja2 would wait for a writer forever
+    else:
+        t.write_bytes(b"!" * ((1 << 20) + 1))
+    _, plan, _ = rendered("clos-2x4")
+    with pytest.raises(SpecError) as e:
+        render.render(plan, tmp_path)
+    assert str(e.value).startswith(f"{t}: --templates: cannot read: ")
+    assert ("is a FIFO" if kind == "fifo" else "at most 1048576") in str(e.value)

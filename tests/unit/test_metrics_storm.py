@@ -24,7 +24,7 @@ from emulator.errors import RocelabError
 from emulator.experiment import actions
 from emulator.metrics.collectors import events
 from emulator.metrics.collectors.dataplane import _pfc
-from emulator.metrics.exporter import Listen, exposition, reference_exposition
+from emulator.metrics.exporter import Listen, exposition, reference_exposition, serve
 from emulator.metrics.model import (
     PFC_REACTION_BUCKETS,
     TRANSFER_BUCKETS,
@@ -303,16 +303,53 @@ def test_up_refuses_a_taken_port_or_a_foreign_address_before_anything_exists():
         with pytest.raises(RocelabError, match="cannot listen"):
             lab.check_listen(f"127.0.0.1:{port}")
     with pytest.raises(RocelabError, match="cannot listen"):
-        lab.check_listen("192.0.2.1:9464")  # TEST-NET-1: not this machine's
+        lab.check_listen("192.0.2.1:9464", expose=True)  # TEST-NET-1: not this machine's
     lab.check_listen("127.0.0.1:0")
+
+
+@pytest.mark.parametrize("text", ["0.0.0.0:0", "[::]:0", ":::0", "192.0.2.1:9464",
+                                  "[::ffff:127.0.0.1]:0"])
+def test_a_non_loopback_address_needs_the_opt_in(text):
+    where = Listen.parse(text)
+    assert where.exposed
+    with pytest.raises(RocelabError, match="--expose-metrics"):
+        lab.check_listen(text)  # up's check, before anything exists
+    with pytest.raises(RocelabError, match="not a loopback address"):
+        serve(None, where)  # type: ignore[arg-type]  # refused before a socket is bound
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1:0", "127.0.0.2:0", "[::1]:0"])
+def test_loopback_needs_no_opt_in(text):
+    assert not Listen.parse(text).exposed
+    lab.check_listen(text)
+
+
+def test_with_the_flag_an_exposed_address_gets_past_the_check_and_a_warning():
+    # (an address this machine lacks: the bind fails, nothing is served beyond loopback)
+    with pytest.raises(RocelabError, match="cannot listen"):
+        serve(None, Listen("192.0.2.1", 0), expose=True)  # type: ignore[arg-type]
+    assert "reachable from other machines" in Listen("0.0.0.0", 0).warning()
+
+
+@pytest.mark.parametrize("args", [["metrics", "somelab", "--listen", "0.0.0.0:9464"],
+                                  ["metrics", "somelab", "--listen", "[::]:9464"],
+                                  ["up", "topologies/clos-2x4.yaml", "--metrics", "0.0.0.0:0"]])
+def test_the_cli_refuses_an_exposed_address_without_the_flag(args):
+    from click.testing import CliRunner
+
+    from emulator.cli import main
+
+    res = CliRunner().invoke(main, args)
+    lines = res.stderr.splitlines()
+    assert res.exit_code == 64 and len(lines) == 1, res.stderr
+    assert "not a loopback address" in lines[0]
+    assert ("--expose-metrics" if args[0] == "up" else "--expose") in lines[0]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
 def test_the_exporter_serves_ipv4_and_ipv6_loopback(storm, host):
     import urllib.request
     from types import SimpleNamespace
-
-    from emulator.metrics.exporter import serve
 
     if host == "::1" and not socket.has_ipv6:
         pytest.skip("no IPv6")

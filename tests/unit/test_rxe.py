@@ -4,6 +4,7 @@ the other)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import socket
 import stat
@@ -60,6 +61,33 @@ def test_initramfs_is_cached_by_content(tmp_path, monkeypatch):
     (k / "modules" / "a.ko").write_bytes(b"\0depends=\0changed")
     assert guest.initramfs(kernel, tmp_path) != first
 
+
+
+@pytest.mark.parametrize("tamper", [b"not gzip at all", gzip.compress(b"070701 a forged archive")],
+                         ids=["garbage", "forged"])
+def test_a_tampered_cached_initramfs_is_rebuilt_not_booted(tmp_path, monkeypatch, tamper):
+    """The cache is trusted by content: bytes swapped in under the cached name (garbage,
+    or a valid gzip of another archive) are replaced by the real build before use."""
+    k = tmp_path / "linux-image-test"
+    (k / "modules").mkdir(parents=True)
+    (k / "modules" / "a.ko").write_bytes(b"\0depends=\0")
+    (k / "modules.order").write_text("a\n")
+    (k / "wanted").write_text("\n".join(guest.WANTED) + "\n")
+    busybox = tmp_path / "busybox"
+    busybox.write_bytes(b"#!busybox")
+    monkeypatch.setattr(guest, "BUSYBOX", busybox)
+    kernel = guest.installed(tmp_path)
+    assert kernel is not None
+    (tmp_path / "run").mkdir()
+    first = guest.initramfs(kernel, tmp_path)
+    genuine = first.read_bytes()
+    first.write_bytes(tamper)
+    again = guest.initramfs(kernel, tmp_path)
+    assert again == first and again.read_bytes() == genuine
+    assert again.name == f"initramfs-{guest.unpacked_digest(again)[:16]}.gz"  # its own content
+    first.write_bytes(tamper)
+    booted = guest.initramfs(kernel, tmp_path, into=tmp_path / "run" / "initramfs.gz")
+    assert booted == tmp_path / "run" / "initramfs.gz" and booted.read_bytes() == genuine
 
 BASE = {"name": "t", "spines": 2, "leaves": 4, "hosts": {"per_leaf": 2}}
 
@@ -139,6 +167,40 @@ def test_lines_framing():
     assert lines.feed(b'{"a":1}\n{"b"') == [b'{"a":1}']
     assert lines.feed(b':2}\n\n') == [b'{"b":2}']
     assert agent.encode({"x": "é"}).endswith(b"\n")
+
+
+def test_a_line_over_the_cap_is_refused_and_skipped_to_its_newline():
+    lines = agent.Lines(max_line=8)
+    assert lines.feed(b"12345678\n") == [b"12345678"]  # exactly the cap
+    with pytest.raises(agent.LineTooLong, match="longer than 8 bytes"):
+        lines.feed(b"123456789")  # no newline yet, already too long: never buffered
+    assert lines.feed(b"x" * 100) == [] and lines.buf == b""  # still that line: dropped
+    assert lines.feed(b'tail\n{"a":1}\n') == [b'{"a":1}']  # its end, then the next message
+    with pytest.raises(agent.LineTooLong):
+        lines.feed(b"0123456789\n")  # a whole line over the cap
+    assert lines.feed(b"ok\n") == [b"ok"]
+    assert agent.Lines().max_line == agent.MAX_LINE == 16 << 20
+
+
+def test_a_guest_that_never_ends_its_line_is_dropped():
+    host, guest_end = socket.socketpair()
+    ch = Channel(host, max_line=4096)
+
+    def flood() -> None:
+        with contextlib.suppress(OSError):  # EPIPE once the host drops us
+            guest_end.sendall(b"x" * (1 << 20))
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    try:
+        t.join(30)
+        assert not t.is_alive()  # its sendall failed: the host stopped reading, shut the socket
+        ch.reader.join(30)
+        assert ch.closed == "the agent sent a message longer than 4096 bytes: connection dropped"
+        with pytest.raises(AgentError, match="longer than 4096 bytes: connection dropped"):
+            ch.request("hello", wait_s=30)
+    finally:
+        ch.close()
+        guest_end.close()
 
 
 def test_native_path_says_which_kernels_could_give_a_namespace_its_own_rxe(tmp_path) -> None:

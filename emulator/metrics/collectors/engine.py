@@ -17,6 +17,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ...engine.wire import MAX_REPLY_LINE
 from ...paths import node_run_dir
 from ...plan import Plan
 from ..model import Families, Family, Histogram, Kind, Labels, Source
@@ -102,7 +103,10 @@ class Collector(Source):
                 s.connect(str(path))
                 s.sendall(b'{"cmd":"stats"}\n')
                 with s.makefile("rb") as f:
-                    return json.loads(f.readline() or b'{"event":"error","error":"closed"}')
+                    line = f.readline(MAX_REPLY_LINE + 1)  # bounded, as the CLI reads it
+                    if len(line) > MAX_REPLY_LINE:
+                        return {"event": "error", "error": f"reply over {MAX_REPLY_LINE} bytes"}
+                    return json.loads(line or b'{"event":"error","error":"closed"}')
         except (OSError, json.JSONDecodeError) as e:
             return {"event": "error", "error": str(e)}
 
