@@ -17,7 +17,6 @@ import errno
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -179,16 +178,46 @@ WORKER_START_S = 5.0  # a thread begins within microseconds of Thread.start(), o
 
 
 def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
-    """Run fn over items on worker threads; re-raise the first failure."""
-    with ThreadPoolExecutor(WORKERS, thread_name_prefix=WORKER_PREFIX) as pool:
-        return list(pool.map(fn, items))
+    """Run fn over items on worker threads; re-raise the first failure (in item order),
+    once every worker has stopped; after a failure no further item starts.
+
+    Not a ThreadPoolExecutor: its idle workers wait for work until the pool is shut down
+    or collected, and a KeyboardInterrupt can cut the shutdown (or a Thread.start) short,
+    leaving workers no one waits for, or that wait forever. These take items until none
+    are left or one failed, then end on their own, so `join_workers` always returns."""
+    todo = list(enumerate(items))
+    results: list[object] = [None] * len(todo)
+    failures: dict[int, BaseException] = {}
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not todo or failures:
+                    return
+                i, item = todo.pop(0)
+            try:
+                results[i] = fn(item)
+            except BaseException as e:  # handed to the caller below
+                with lock:
+                    failures[i] = e
+
+    threads = [threading.Thread(target=work, name=f"{WORKER_PREFIX}-{n}")
+               for n in range(min(WORKERS, len(todo)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[min(failures)]
+    return results
 
 
 def join_workers() -> None:
-    """Wait for every `parallel` worker thread still running. A KeyboardInterrupt inside
-    the pool's Thread.start() leaves that thread out of the pool's own list, so leaving
-    the pool does not wait for it: it may still be creating a namespace (or starting a
-    daemon) whose undo a rollback must not miss. Workers end once the queue is drained."""
+    """Wait for every `parallel` worker thread still running. A KeyboardInterrupt in the
+    calling thread (inside Thread.start() or join()) leaves workers running that may still
+    be creating a namespace (or starting a daemon) whose undo a rollback must not miss.
+    Workers end once their items are done."""
     me = threading.current_thread()
     for t in threading.enumerate():  # started ones, and those still inside Thread.start()
         if t is me or not t.name.startswith(WORKER_PREFIX):

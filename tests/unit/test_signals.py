@@ -109,3 +109,29 @@ def test_the_rollback_waits_for_a_worker_the_pool_lost(monkeypatch):
     threading.Timer(0.05, release.set).start()  # the worker finishes some time later
     lab._unwind(undo)
     assert undone == [["spine1"]] and not worker.is_alive()
+
+
+def test_parallel_workers_end_on_their_own_after_an_interrupt(own_handlers):
+    # The burst test once hung for good: a KeyboardInterrupt cut a ThreadPoolExecutor's
+    # shutdown short, its idle workers waited for work forever, and so did the rollback
+    # waiting for them. parallel()'s workers end when their items are done.
+    from emulator import netns
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    main = threading.main_thread().ident
+    assert main is not None
+
+    gate, done = threading.Event(), []
+
+    def item(i: int) -> None:
+        gate.wait()
+        done.append(i)
+
+    # Ctrl-C while the items run: a real signal to the main thread, which interrupts its join
+    threading.Timer(0.05, signal.pthread_kill, (main, signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        netns.parallel(item, range(10))
+    gate.set()
+    netns.join_workers()
+    assert sorted(done) == list(range(10))
+    assert not [t for t in threading.enumerate() if t.name.startswith(netns.WORKER_PREFIX)]
