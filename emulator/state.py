@@ -92,12 +92,24 @@ def tagged_processes() -> dict[int, str]:
 def process_tag(pid: int) -> str | None:
     """The lab a process belongs to (its ROCELAB_LAB), None if none or gone."""
     needle = ENV_TAG.encode() + b"="
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
+    env = _environ(pid)
     return next((v[len(needle):].decode(errors="replace") for v in env.split(b"\0")
                  if v.startswith(needle)), None)
+
+
+def _environ(pid: int, settle_s: float = 0.05) -> bytes:
+    """A process's environment block. A process in the middle of execve reads as empty
+    for a moment (its old memory is gone, the new one not yet set up): read it again,
+    briefly, so a lab process caught exec'ing is not taken for an untagged one."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return b""
+        if env or time.monotonic() > deadline:
+            return env
+        time.sleep(0.001)
 
 
 def rss_kib(pid: int) -> int | None:

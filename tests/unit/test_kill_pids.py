@@ -36,7 +36,8 @@ def spawn():
 def test_a_tagged_process_that_ignores_sigterm_gets_sigkill(spawn):
     proc = spawn("xc-mine")
     state.kill_pids([proc.pid], "xc-mine", timeout_s=0.2)
-    proc.wait(10)  # it ends (TimeoutExpired if it was left running)
+    proc.wait(10)  # it ends (TimeoutExpired if it was left running; also if the tag read
+    # right after "ready", mid-exec of sleep, was taken for "untagged")
 
 
 def test_a_process_of_another_lab_is_not_signalled(spawn):
