@@ -110,12 +110,19 @@ def test_a_tag_or_directory_that_is_no_lab_name_is_no_lab(run_root, monkeypatch)
     assert state.known_labs() == {"good-lab"}
 
 
-def test_a_symlinked_run_dir_is_refused_not_followed(run_root, tmp_path):
+@pytest.fixture
+def planted_link(run_root, tmp_path):
+    """xa-link in the run root: a symlink to a decoy dir holding a precious file."""
     root = run_root[0]
     decoy = tmp_path / "decoy"
     decoy.mkdir()
     (decoy / "precious").write_text("keep me\n")
     (root / "xa-link").symlink_to(decoy)
+    return root, decoy
+
+
+def test_a_symlinked_run_dir_is_refused_not_followed(planted_link):
+    root, _ = planted_link
     with pytest.raises(RocelabError, match="is a symlink"):
         paths.own_run_dir("xa-link")
     (root / "xa-real").mkdir()
@@ -124,12 +131,8 @@ def test_a_symlinked_run_dir_is_refused_not_followed(run_root, tmp_path):
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="down needs root")
-def test_down_of_a_symlinked_run_dir_leaves_the_decoy(run_root, tmp_path):
-    root = run_root[0]
-    decoy = tmp_path / "decoy"
-    decoy.mkdir()
-    (decoy / "precious").write_text("keep me\n")
-    (root / "xa-link").symlink_to(decoy)
+def test_down_of_a_symlinked_run_dir_leaves_the_decoy(run_root, planted_link):
+    _, decoy = planted_link
     with pytest.raises(RocelabError, match="is a symlink"):
         lab.down("xa-link")
     assert run_root[1] == [] and (decoy / "precious").read_text() == "keep me\n"

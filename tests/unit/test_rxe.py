@@ -43,7 +43,9 @@ def test_depends_and_load_order():
         guest.load_order(["rdma_rxe"], {"rdma_rxe": ["udp_tunnel"]})
 
 
-def test_initramfs_is_cached_by_content(tmp_path, monkeypatch):
+@pytest.fixture
+def fake_kernel(tmp_path, monkeypatch):
+    """A guest kernel in tmp_path with one module, and a stand-in busybox."""
     k = tmp_path / "linux-image-test"
     (k / "modules").mkdir(parents=True)
     (k / "modules" / "a.ko").write_bytes(b"\0depends=\0")
@@ -54,6 +56,11 @@ def test_initramfs_is_cached_by_content(tmp_path, monkeypatch):
     monkeypatch.setattr(guest, "BUSYBOX", busybox)
     kernel = guest.installed(tmp_path)
     assert kernel is not None
+    return kernel
+
+
+def test_initramfs_is_cached_by_content(tmp_path, fake_kernel):
+    kernel, k = fake_kernel, tmp_path / "linux-image-test"
     first = guest.initramfs(kernel, tmp_path)
     assert guest.initramfs(kernel, tmp_path) == first  # same content, same file
     names = {e.name for e in cpio.parse(gzip.decompress(first.read_bytes()))}
@@ -65,19 +72,10 @@ def test_initramfs_is_cached_by_content(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("tamper", [b"not gzip at all", gzip.compress(b"070701 a forged archive")],
                          ids=["garbage", "forged"])
-def test_a_tampered_cached_initramfs_is_rebuilt_not_booted(tmp_path, monkeypatch, tamper):
+def test_a_tampered_cached_initramfs_is_rebuilt_not_booted(tmp_path, fake_kernel, tamper):
     """The cache is trusted by content: bytes swapped in under the cached name (garbage,
     or a valid gzip of another archive) are replaced by the real build before use."""
-    k = tmp_path / "linux-image-test"
-    (k / "modules").mkdir(parents=True)
-    (k / "modules" / "a.ko").write_bytes(b"\0depends=\0")
-    (k / "modules.order").write_text("a\n")
-    (k / "wanted").write_text("\n".join(guest.WANTED) + "\n")
-    busybox = tmp_path / "busybox"
-    busybox.write_bytes(b"#!busybox")
-    monkeypatch.setattr(guest, "BUSYBOX", busybox)
-    kernel = guest.installed(tmp_path)
-    assert kernel is not None
+    kernel = fake_kernel
     (tmp_path / "run").mkdir()
     first = guest.initramfs(kernel, tmp_path)
     genuine = first.read_bytes()
