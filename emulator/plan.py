@@ -18,7 +18,17 @@ from typing import Any
 from .congestion.model import CongestionPlan
 from .congestion.model import resolve as resolve_congestion
 from .errors import SpecError
-from .spec import Addressing, EcmpHash, FabricMode, HostKind, Links, Role, Topology, asn_problem
+from .spec import (
+    DEFAULT_LEAF_BASE,
+    Addressing,
+    EcmpHash,
+    FabricMode,
+    HostKind,
+    Links,
+    Role,
+    Topology,
+    asn_problem,
+)
 from .units import Dilation, parse_speed
 
 HOST_IFNAME = "eth0"
@@ -874,7 +884,9 @@ def _asns(topo: Topology, source: str, sk: _Skeleton, knobs: dict[str, dict[str,
     asns: dict[str, int] = {}
     leaves = sk.of(Kind.LEAF)
     leaf_base = topo.asn.leaf_base
-    if "leaf_base" not in topo.asn.model_fields_set and leaf_base + len(leaves) - 1 > LAST_PRIVATE_16:
+    # The default, not "left unset": `up --name` re-validates a dumped spec, where every
+    # field reads as set, and a fabric must number the same either way.
+    if leaf_base == DEFAULT_LEAF_BASE and leaf_base + len(leaves) - 1 > LAST_PRIVATE_16:
         leaf_base = FIRST_PRIVATE_32  # RFC 6996: past 16-bit private space, the 4-byte one
     for n in sk.nodes:
         if n.kind is Kind.SUPERSPINE:

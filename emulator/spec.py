@@ -100,6 +100,7 @@ RESERVED_ASNS = ((23456, 23456, "AS_TRANS (RFC 6793)"),
                  (65535, 65535, "reserved (RFC 7300)"),
                  (65536, 65551, "documentation (RFC 5398)"),
                  (65552, 131071, "reserved (IANA)"))
+DEFAULT_LEAF_BASE = 65101  # past 16-bit private space (> 434 leaves) the plan uses 4200000000
 PRIVATE_ASNS = "64512-65534 or 4200000000-4294967294"  # RFC 6996: what fabrics use
 
 
@@ -240,7 +241,7 @@ class Asn(Strict):
     superspine: AsNumber = Field(
         64900, description="ASN shared by every superspine (3-tier).")
     leaf_base: AsNumber = Field(
-        65101, description="leafN gets leaf_base + N - 1.")
+        DEFAULT_LEAF_BASE, description="leafN gets leaf_base + N - 1.")
     overrides: dict[str, AsNumber] = Field(
         default_factory=dict, description="Per-router ASN, e.g. {leaf3: 65200}.")
 

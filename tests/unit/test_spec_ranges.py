@@ -114,7 +114,18 @@ def test_a_fabric_past_16_bit_private_space_numbers_its_leaves_4_byte_private():
     leaves = [n for n in p.nodes if n.kind.value == "leaf"]
     assert [leaves[0].asn, leaves[-1].asn] == [4200000000, 4200000000 + 511]
     assert plan_of({"name": "lab", "leaves": 64}).node("leaf64").asn == 65164  # as before
-    with pytest.raises(SpecError, match="asn.leaf_base: leaf435 would get ASN 65535"):
+    with pytest.raises(SpecError, match="asn.leaf_base: leaf436 would get ASN 65535"):
         plan_of({"name": "lab", "pods": 8, "leaves": 64, "spines": 2, "superspines": 2,
                  "hosts": {"per_leaf": 0}, "pools": {"loopbacks": "10.0.0.0/22", "hosts": "10.16.0.0/12"},
-                 "asn": {"leaf_base": 65101}})  # given: the user's numbers, checked
+                 "asn": {"leaf_base": 65100}})  # another base: the user's numbers, checked
+
+
+def test_a_renamed_big_fabric_numbers_its_leaves_as_the_file_does():
+    # `up --name` re-validates the dumped spec, where leaf_base reads as given: the
+    # default must still move past 16-bit space (a CI run's `up too-big.yaml --name`
+    # failed on leaf435's 65535 instead of the memory estimate's exit 12)
+    from emulator.lab import load_topology
+
+    _, plan, _ = load_topology("tests/fixtures/too-big.yaml", name="renamed")
+    leaves = [n for n in plan.nodes if n.kind.value == "leaf"]
+    assert leaves[0].asn == 4200000000
