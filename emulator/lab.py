@@ -219,7 +219,7 @@ def start_exporter(plan: Plan, listen: str, expose: bool = False) -> subprocess.
              "--listen", listen, "--ready", str(run_dir / EXPORTER_FILE),
              *(["--expose"] if expose else [])],
             env=state.base_env(plan.lab), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True, umask=0o077)
+            stderr=subprocess.STDOUT, start_new_session=True, umask=rundirs.HELPER_UMASK)
 
 
 def wait_exporter(plan: Plan, proc: subprocess.Popen[bytes],

@@ -24,7 +24,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from . import names, netns
+from . import names, netns, rundirs
 from .errors import LabNotFoundError, RealizeError, RocelabError
 from .paths import ENV_TAG, NS_TAG_PREFIX, RUN_ROOT, state_file
 from .plan import Plan, compile_plan
@@ -34,10 +34,8 @@ from .spec import Topology, parse
 def write(lab: str, data: dict[str, Any]) -> None:
     path = state_file(lab)
     tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    os.fchmod(fd, 0o600)  # root's only (the spec, the configs' sources), whatever the umask
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(data, indent=2) + "\n")
+    with rundirs.open_private(tmp, append=False) as f:  # root's only: the spec, the configs' sources
+        f.write((json.dumps(data, indent=2) + "\n").encode())
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 

@@ -9,7 +9,7 @@ import time
 from ..errors import RealizeError
 from ..paths import lab_run_dir
 from ..plan import Plan
-from ..rundirs import open_private
+from ..rundirs import HELPER_UMASK, open_private
 from ..state import base_env
 
 READY_TIMEOUT_S = 60.0
@@ -23,7 +23,7 @@ def start_controller(plan: Plan) -> int:
         proc = subprocess.Popen([sys.executable, "-m", "emulator.congestion.controller",
                                  "--lab", plan.lab], env=base_env(plan.lab), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                umask=0o077)
+                                umask=HELPER_UMASK)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not ready.exists():
         if proc.poll() is not None:

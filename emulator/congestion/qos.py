@@ -90,8 +90,13 @@ def set_port_rate(ipr: IPRoute, idx: int, cp: CongestionPlan, mtu: int, rate_bps
 
 def port_rate(ipr: IPRoute, idx: int) -> int | None:
     """Class 1:1's rate in bit/s (None: the port is not shaped)."""
+    return htb_class_rate(ipr, idx, PORT_CLASS)
+
+
+def htb_class_rate(ipr: IPRoute, idx: int, handle: int) -> int | None:
+    """An HTB class's rate in bit/s (None: no such HTB class on the port)."""
     for c in ipr.get_classes(index=idx):
-        if c["handle"] == PORT_CLASS and c.get_attr("TCA_KIND") == "htb":
+        if c["handle"] == handle and c.get_attr("TCA_KIND") == "htb":
             opts = c.get_attr("TCA_OPTIONS")
             return int(opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]) * 8
     return None

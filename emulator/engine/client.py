@@ -66,7 +66,7 @@ def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
                  "--host", host.name, "--ip", host.address or "", "--sock", str(path),
                  *[a for ip in host.addresses[1:] for a in ("--rail-ip", ip)],
                  "--config", for_host(plan, host).to_json()],
-                env=base_env(plan.lab), umask=0o077,  # its files: root's only
+                env=base_env(plan.lab), umask=rundirs.HELPER_UMASK,  # its files: root's only
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         log.close()

@@ -256,10 +256,9 @@ def _gray_roots(ipr: IPRoute, names: dict[int, str], ports: set[str]) -> dict[st
         port = names.get(q["index"])
         if q["handle"] != RATE_HANDLE or q.get_attr("TCA_KIND") != "htb" or port not in ports:
             continue
-        for c in ipr.get_classes(index=q["index"]):
-            if c["handle"] == RATE_HANDLE | 1:
-                opts = c.get_attr("TCA_OPTIONS")
-                out[port] = (opts.get_attr("TCA_HTB_RATE64") or opts.get_attr("TCA_HTB_PARMS")["rate"]) * 8
+        bps = qos.htb_class_rate(ipr, q["index"], RATE_HANDLE | 1)
+        if bps is not None:
+            out[port] = bps
     return out
 
 

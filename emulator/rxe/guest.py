@@ -231,14 +231,14 @@ def checked(path: Path, digest: str) -> bytes | None:
     not gzip, or another content). The cache is trusted by content, not by name."""
     try:
         packed = path.read_bytes()
-        return packed if hashlib.sha256(gzip.decompress(packed)).hexdigest() == digest else None
+        return packed if unpacked_digest(packed) == digest else None
     except (FileNotFoundError, gzip.BadGzipFile, EOFError, zlib.error):
         return None
 
 
-def unpacked_digest(path: Path) -> str:
+def unpacked_digest(packed: bytes) -> str:
     """sha256 of the archive inside a gzip'd initramfs."""
-    return hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+    return hashlib.sha256(gzip.decompress(packed)).hexdigest()
 
 
 def main(argv: list[str]) -> int:

@@ -82,7 +82,7 @@ def test_a_tampered_cached_initramfs_is_rebuilt_not_booted(tmp_path, fake_kernel
     first.write_bytes(tamper)
     again = guest.initramfs(kernel, tmp_path)
     assert again == first and again.read_bytes() == genuine
-    assert again.name == f"initramfs-{guest.unpacked_digest(again)[:16]}.gz"  # its own content
+    assert again.name == f"initramfs-{guest.unpacked_digest(again.read_bytes())[:16]}.gz"  # its own content
     first.write_bytes(tamper)
     booted = guest.initramfs(kernel, tmp_path, into=tmp_path / "run" / "initramfs.gz")
     assert booted == tmp_path / "run" / "initramfs.gz" and booted.read_bytes() == genuine
