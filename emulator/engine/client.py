@@ -22,7 +22,7 @@ from ..plan import Node, Plan
 from ..state import base_env
 from .config import for_host
 from .job import Job, Op, TransferResult
-from .wire import MAX_REPLY_LINE, Channel
+from .jsonlines import MAX_REPLY_LINE, Channel
 
 START_TIMEOUT_S = 15.0
 Progress = Callable[[int, int, int], None]  # (bytes completed, total, bytes sent)

@@ -30,12 +30,12 @@ from ..roce.rc import QueuePair
 from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from ..rundirs import PRIVATE_UMASK
 from .config import EngineConfig
-from .dataplane import DataPlane, FlowKey, Watch, reductions
+from .datathread import DataPlane, FlowKey, Watch, reductions
 from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
+from .jsonlines import Channel
 from .paced import PacedQueuePair
 from .perftest import PerftestJobs, is_engine_peer
 from .regions import Regions
-from .wire import Channel
 
 log = logging.getLogger("rocelab.engine")
 PROGRESS_EVERY_S = 0.25

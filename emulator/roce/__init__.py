@@ -3,11 +3,11 @@
 Layers, bottom up (docs/roce.md has the wire format and the rxe comparison):
 
 - headers.py, layout.py: opcodes, AETH syndromes, declarative header layouts
-- wire.py: readable codec, whole frames <-> dataclasses (tests, tools, pcaps)
+- codec.py: readable codec, whole frames <-> dataclasses (tests, tools, pcaps)
 - fastpath.py, icrc.py: the per-packet codec (`Segment`, `FrameBuilder`, `parse`)
 - memory.py: registered regions, (va, rkey) access checks
 - verbs.py, requester.py, responder.py, rc.py: the sans-IO RC queue pair
-- bpf.py, transport.py: raw-socket I/O for one namespace
+- sockfilter.py, transport.py: raw-socket I/O for one namespace
 - endpoint.py: the loop tying queue pairs to a transport
 - pcap.py: classic pcap read/write
 """

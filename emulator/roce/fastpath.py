@@ -6,7 +6,7 @@ fields of one packet) into a datagram and back with a handful of
 `struct.pack_into`/`unpack_from` calls on preallocated buffers, `icrc.crc32`
 for the ICRC, and no per-packet allocation beyond the `Segment` and a
 memoryview or two; payloads are copied once, into the send buffer. The
-readable reference is `wire.py`; tests check that both agree byte for byte.
+readable reference is `codec.py`; tests check that both agree byte for byte.
 """
 
 from __future__ import annotations

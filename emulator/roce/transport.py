@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from emulator.errors import EngineError
-from emulator.roce import bpf
+from emulator.roce import sockfilter
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.fastpath import FrameBuilder, Segment, parse
 from emulator.roce.headers import ROCE_UDP_PORT
@@ -319,7 +319,7 @@ class Transport:
 def _open_raw(local_ip: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
     try:
-        bpf.attach(sock, bpf.ROCE_ONLY)
+        sockfilter.attach(sock, sockfilter.ROCE_ONLY)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
         sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, _BUFFER)
         sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, _BUFFER)
@@ -334,7 +334,7 @@ def _open_raw(local_ip: str) -> socket.socket:
 def _open_guard(local_ip: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        bpf.attach(sock, bpf.DROP_ALL)  # before bind, so nothing is ever queued
+        sockfilter.attach(sock, sockfilter.DROP_ALL)  # before bind, so nothing is ever queued
         sock.bind((local_ip, ROCE_UDP_PORT))
     except OSError:
         sock.close()

@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from emulator.engine.job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, source_bytes
-from emulator.engine.wire import Channel
+from emulator.engine.jsonlines import Channel
 from emulator.roce.headers import udp_source_port
 from emulator.roce.verbs import MAX_RD_ATOMIC
 from emulator.rxe.agent import counters as hw_counters

@@ -212,7 +212,7 @@ def engine_identity(lab_: Lab, host: str) -> tuple[int, int]:
     engine that a later `transfer` silently restarted has another (PIDs may be reused; the
     pair is not)."""
     from emulator.engine import client
-    from emulator.engine.wire import Channel
+    from emulator.engine.jsonlines import Channel
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(client.sock_path(lab_.plan, lab_.plan.node(host))))

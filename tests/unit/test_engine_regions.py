@@ -11,8 +11,8 @@ import pytest
 from emulator.engine.config import EngineConfig, max_registered
 from emulator.engine.daemon import Engine
 from emulator.engine.job import Job, Op
+from emulator.engine.jsonlines import Channel
 from emulator.engine.regions import DEFAULT_MAX_REGISTERED, Regions
-from emulator.engine.wire import Channel
 from emulator.errors import EngineError, RocelabError
 
 

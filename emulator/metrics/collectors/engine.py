@@ -17,7 +17,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...engine.wire import MAX_REPLY_LINE
+from ...engine.jsonlines import MAX_REPLY_LINE
 from ...paths import node_run_dir
 from ...plan import Plan
 from ..model import Families, Family, Histogram, Kind, Labels, Source

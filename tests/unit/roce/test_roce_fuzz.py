@@ -6,12 +6,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.roce import bpf
+from emulator.roce import sockfilter
+from emulator.roce.codec import decode, encode
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.fastpath import FrameBuilder, Segment, parse
 from emulator.roce.headers import EXT_HEADER, Aeth, Opcode, Reth
 from emulator.roce.icrc import check_icrc
-from emulator.roce.wire import decode, encode
 
 FAST = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -91,6 +91,6 @@ def test_only_roce_datagrams_pass_the_socket_filter(seg: Segment, variant: int) 
         wire[9] = 6  # TCP
     elif variant == 3:
         wire[6] |= 0x20  # more fragments
-    accepted = bpf.run(bpf.ROCE_ONLY, bytes(wire)) > 0
+    accepted = sockfilter.run(sockfilter.ROCE_ONLY, bytes(wire)) > 0
     assert accepted == (variant == 0)
-    assert bpf.run(bpf.DROP_ALL, bytes(wire)) == 0
+    assert sockfilter.run(sockfilter.DROP_ALL, bytes(wire)) == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.roce.codec import ETH_HEADER, Frame, decode, encode
 from emulator.roce.errors import FieldOverflow
 from emulator.roce.fastpath import FrameBuilder, Segment, parse
 from emulator.roce.headers import (
@@ -25,7 +26,6 @@ from emulator.roce.headers import (
 )
 from emulator.roce.icrc import check_icrc, icrc
 from emulator.roce.pcap import LinkType, read_pcap, write_pcap
-from emulator.roce.wire import ETH_HEADER, Frame, decode, encode
 
 RXE_WRITER, RXE_PP, PEER_PP = "10.99.2.1", "10.99.1.1", "10.99.1.2"
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from emulator.engine.wire import MAX_LINE, Channel
+from emulator.engine.jsonlines import MAX_LINE, Channel
 from emulator.errors import EngineError
 
 
