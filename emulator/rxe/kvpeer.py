@@ -116,9 +116,12 @@ def emit(msg: dict[str, Any]) -> None:
 # -- verbs -------------------------------------------------------------------------------
 
 class Rdma:
-    """A PD, one MR over the job's region, a CQ and job.qps RC QPs on rxe0."""
+    """A PD, one MR over the job's region, a CQ and job.qps RC QPs on rxe0.
 
-    def __init__(self, job: Job, region: bytearray | None):
+    The side holding the source (WRITE requester, READ responder) starts with the job's
+    source bytes in the MR; the other with zeros."""
+
+    def __init__(self, job: Job, holds_source: bool):
         import pyverbs.enums as e
         from pyverbs.cq import CQ
         from pyverbs.device import Context
@@ -126,14 +129,15 @@ class Rdma:
         from pyverbs.pd import PD
         from pyverbs.qp import QP, QPCap, QPInitAttr
 
-        self.e, self.job = e, job
+        self.e, self.job, self.holds_source = e, job, holds_source
         self.ctx = Context(name=DEVICE)
         self.pd = PD(self.ctx)
         self.access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
                        | e.IBV_ACCESS_REMOTE_READ)
         self.size = job.region_bytes
         self.mr = MR(self.pd, self.size, self.access)
-        if region is not None:
+        if holds_source:
+            region = source_bytes(job)
             for off in range(0, self.size, CHUNK):
                 n = min(CHUNK, self.size - off)
                 self.mr.write(bytes(region[off:off + n]), n, off)
@@ -223,6 +227,10 @@ class Rdma:
             buf[off:off + n] = self.mr.read(n, off)
         return buf
 
+    def digest(self) -> str:
+        """job.digest of this side's region: the source it sent or the destination it filled."""
+        return digest(self.region(), self.job.segments(), "src" if self.holds_source else "dst")
+
     def close(self) -> None:
         for qp in self.qps:
             qp.close()
@@ -230,6 +238,12 @@ class Rdma:
         self.mr.close()
         self.pd.close()
         self.ctx.close()
+
+    def __enter__(self) -> Rdma:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _wc_status(status: int) -> str:
@@ -244,15 +258,13 @@ def _wc_status(status: int) -> str:
 
 def initiate(job: Job, ip: str, peer_ip: str) -> dict[str, Any]:
     """Requester: WRITE pushes our source into the peer's region, READ pulls the peer's."""
-    holds_source = job.op is Op.WRITE
     t_setup = time.monotonic()
-    rdma = Rdma(job, source_bytes(job) if holds_source else None)
-    try:
-        sock = socket.create_connection((peer_ip, CONTROL_PORT), timeout=10.0)
-    except OSError as e:
-        raise PeerError(f"cannot reach {peer_ip}:{CONTROL_PORT} ({e.strerror or e})") from None
-    sock.settimeout(None)
-    try:
+    with Rdma(job, holds_source=job.op is Op.WRITE) as rdma:
+        try:
+            sock = socket.create_connection((peer_ip, CONTROL_PORT), timeout=10.0)
+        except OSError as e:
+            raise PeerError(f"cannot reach {peer_ip}:{CONTROL_PORT} ({e.strerror or e})") from None
+        sock.settimeout(None)
         with Channel(sock) as peer:
             peer.send({"cmd": "accept", "job": job.to_json(), "qps": rdma.local, "ip": ip,
                        "ips": [ip]})
@@ -267,9 +279,7 @@ def initiate(job: Job, ip: str, peer_ip: str) -> dict[str, Any]:
             delta = counter_delta(before, hw_counters())
             peer.send({"cmd": "finish"})
             fin = peer.recv()
-        mine = digest(rdma.region(), job.segments(), "src" if holds_source else "dst")
-    finally:
-        rdma.close()
+        mine = rdma.digest()
     if fin.get("event") != "finished":
         raise PeerError(f"peer {peer_ip}: {fin.get('error') or fin}")
     ours = engine_counters(delta, job, initiator=True)
@@ -311,18 +321,14 @@ def serve(ip: str, timeout_s: float) -> dict[str, Any]:
         if msg.get("cmd") != "accept":
             raise PeerError(f"expected accept, got {msg.get('cmd')!r}")
         job = Job.from_json(msg["job"])
-        holds_source = job.op is Op.READ
-        rdma = Rdma(job, source_bytes(job) if holds_source else None)
-        try:
+        with Rdma(job, holds_source=job.op is Op.READ) as rdma:
             rdma.connect(msg["qps"], (msg.get("ips") or [msg.get("ip") or peer_ip])[0])
             before = hw_counters()
             ch.send({"event": "accepted", "qps": rdma.local, "va": rdma.mr.buf,
                      "rkey": rdma.mr.rkey, "ips": [ip]})
             fin = ch.recv()
             delta = counter_delta(before, hw_counters())
-            mine = digest(rdma.region(), job.segments(), "src" if holds_source else "dst")
-        finally:
-            rdma.close()
+            mine = rdma.digest()
         if fin.get("cmd") != "finish":
             raise PeerError(f"expected finish, got {fin}")
         ours = engine_counters(delta, job, initiator=False)
