@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from . import bridge, evpn, netns, rtnl
 from .errors import ConvergeTimeout, RocelabError
@@ -61,7 +61,7 @@ def fib_widths_of(plan: Plan, node: Node) -> dict[str, int]:
 
 def fib_widths(plan: Plan) -> dict[str, dict[str, int]]:
     widths = netns.parallel(lambda n: (n.name, fib_widths_of(plan, n)), plan.frr_nodes)
-    return dict(widths)  # type: ignore[arg-type]
+    return dict(widths)
 
 
 def expected_width(plan: Plan, node: Node) -> int:
@@ -124,7 +124,12 @@ def check_fib_user(plan: Plan) -> CheckResult:
     return CheckResult("fib", not problems, problems)
 
 
-def bgp_sessions(plan: Plan, node: Node) -> dict[str, dict[str, object]]:
+class BgpPeer(TypedDict):
+    state: str  # "Established", "Idle (Admin)", ...
+    prefixes: int  # received
+
+
+def bgp_sessions(plan: Plan, node: Node) -> dict[str, BgpPeer]:
     """Peer -> {state, prefixes} from `show bgp summary json` (empty while bgpd starts)."""
     data = vtysh_json(plan.lab, node.name, "show bgp ipv4 unicast summary json", daemon="bgpd")
     peers = data.get("peers", {}) if isinstance(data, dict) else {}
@@ -132,12 +137,12 @@ def bgp_sessions(plan: Plan, node: Node) -> dict[str, dict[str, object]]:
             for p, v in peers.items()}
 
 
-Sessions = dict[str, "dict[str, dict[str, object]] | str"]  # router -> peers, or its error
+Sessions = dict[str, "dict[str, BgpPeer] | str"]  # router -> peers, or its error
 
 
 def read_sessions(plan: Plan) -> Sessions:
     """Every FRR router's BGP sessions (bgp_sessions), or why they could not be read."""
-    def one(node: Node) -> tuple[str, dict[str, dict[str, object]] | str]:
+    def one(node: Node) -> tuple[str, dict[str, BgpPeer] | str]:
         if not netns.exists(node.netns):
             return node.name, "namespace missing"
         try:
@@ -145,7 +150,7 @@ def read_sessions(plan: Plan) -> Sessions:
         except RocelabError as e:
             return node.name, str(e)
 
-    return dict(netns.parallel(one, plan.frr_nodes))  # type: ignore[arg-type]
+    return dict(netns.parallel(one, plan.frr_nodes))
 
 
 def admin_shut(plan: Plan, read: Sessions) -> set[frozenset[str]]:
@@ -185,7 +190,7 @@ def _peer_node(plan: Plan, node: Node, key: str) -> str:
 def check_stp(plan: Plan) -> CheckResult:
     """fabric l2: the planned root won, exactly the planned ports block, the rest forward."""
     problems = [p for p in netns.parallel(lambda n: stp_problem(plan, n), plan.routers) if p]
-    return CheckResult("stp", not problems, problems)  # type: ignore[arg-type]
+    return CheckResult("stp", not problems, problems)
 
 
 def read_bridge(plan: Plan, node: Node) -> dict[str, Any]:
@@ -252,7 +257,7 @@ def check_evpn(plan: Plan) -> CheckResult:
         return None
 
     problems = [p for p in netns.parallel(one, plan.of_kind(Kind.LEAF)) if p]
-    return CheckResult("evpn", not problems, problems)  # type: ignore[arg-type]
+    return CheckResult("evpn", not problems, problems)
 
 
 def fabric_checks(plan: Plan) -> list[CheckResult]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 WORKERS = 4  # netlink is serialised by the kernel's RTNL lock; a few threads hide syscall latency
 
 NETNS_DIR = Path("/run/netns")
@@ -177,7 +178,7 @@ WORKER_PREFIX = "rocelab-parallel"
 WORKER_START_S = 5.0  # a thread begins within microseconds of Thread.start(), or never
 
 
-def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
+def parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """Run fn over items on worker threads; re-raise the first failure (in item order),
     once every worker has stopped; after a failure no further item starts.
 
@@ -186,7 +187,8 @@ def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
     leaving workers no one waits for, or that wait forever. These take items until none
     are left or one failed, then end on their own, so `join_workers` always returns."""
     todo = list(enumerate(items))
-    results: list[object] = [None] * len(todo)
+    count = len(todo)
+    results: dict[int, R] = {}
     failures: dict[int, BaseException] = {}
     lock = threading.Lock()
 
@@ -210,7 +212,7 @@ def parallel(fn: Callable[[T], object], items: Iterable[T]) -> list[object]:
         t.join()
     if failures:
         raise failures[min(failures)]
-    return results
+    return [results[i] for i in range(count)]
 
 
 def join_workers() -> None:

@@ -148,7 +148,7 @@ def running_configs(plan: Plan) -> dict[str, str]:
         text = frr.vtysh(plan.lab, name, "show running-config")
         return name, clean_running_config(text, name, plan.lab)
 
-    return dict(netns.parallel(one, [n.name for n in plan.frr_nodes]))  # type: ignore[arg-type]
+    return dict(netns.parallel(one, [n.name for n in plan.frr_nodes]))
 
 
 def save(lab: str, out: Path) -> Saved:

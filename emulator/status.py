@@ -82,7 +82,7 @@ def expected_sessions(node: Node, after: AfterState,
 
 
 def router_status(plan: Plan, node: Node, after: AfterState, expected: dict[str, int] | None,
-                  peers: dict[str, dict[str, object]] | str,
+                  peers: dict[str, converge.BgpPeer] | str,
                   shut: AbstractSet[frozenset[str]] = frozenset()) -> RouterStatus:
     """One router; `peers`: its BGP sessions (converge.read_sessions) or why they could not
     be read; `shut`: sessions the user shut down, expected down (not counted)."""
@@ -91,21 +91,21 @@ def router_status(plan: Plan, node: Node, after: AfterState, expected: dict[str,
     have = converge.fib_widths_of(plan, node)
     widths = list(have.values()) or [0]
     healthy = plan.expected_widths().get(node.name, {})
-    base = dict(node=node.name, kind=node.kind.value, asn=node.asn, sessions_configured=configured,
-                sessions_expected=expected_sessions(node, after, shut),
-                ecmp_min=min(widths), ecmp_max=max(widths),
-                ecmp_expected=max(healthy.values(), default=0),
-                ecmp_expected_min=min(healthy.values(), default=0),
-                ecmp_full=have == healthy if expected is not None or not healthy
-                else any(have.values()),
-                fib_as_expected=have == expected if expected is not None
-                else not have or any(have.values()),
-                failed=node.name in after["failed_nodes"])
-    if isinstance(peers, str):
-        return RouterStatus(**base, sessions_up=0, prefixes_received=0, error=peers)
-    up = sum(1 for p in peers.values() if p["state"] == "Established")
-    rx = sum(int(p["prefixes"] or 0) for p in peers.values())
-    return RouterStatus(**base, sessions_up=up, prefixes_received=rx)
+    listed = {} if isinstance(peers, str) else peers
+    return RouterStatus(node=node.name, kind=node.kind.value, asn=node.asn,
+                        sessions_up=sum(1 for p in listed.values() if p["state"] == "Established"),
+                        sessions_configured=configured,
+                        sessions_expected=expected_sessions(node, after, shut),
+                        prefixes_received=sum(int(p["prefixes"] or 0) for p in listed.values()),
+                        ecmp_min=min(widths), ecmp_max=max(widths),
+                        ecmp_expected=max(healthy.values(), default=0),
+                        ecmp_expected_min=min(healthy.values(), default=0),
+                        ecmp_full=have == healthy if expected is not None or not healthy
+                        else any(have.values()),
+                        fib_as_expected=have == expected if expected is not None
+                        else not have or any(have.values()),
+                        failed=node.name in after["failed_nodes"],
+                        error=peers if isinstance(peers, str) else None)
 
 
 def bridge_status(plan: Plan, node: Node, after: AfterState,
@@ -186,14 +186,14 @@ def lab_status(plan: Plan, reach_timeout_s: float = 1.0) -> dict[str, Any]:
     expected = None if user else faults.expected_fib(plan, after)
     sessions = converge.read_sessions(plan)
     shut = converge.admin_shut(plan, sessions)
-    routers: list[RouterStatus] = netns.parallel(  # type: ignore[assignment]
+    routers: list[RouterStatus] = netns.parallel(
         lambda n: router_status(plan, n, after, (expected or {}).get(n.name),
                                 sessions.get(n.name, "not read"), shut), plan.frr_nodes)
     tree = faults.expected_forwarding(plan, after) if plan.fabric is FabricMode.L2 else {}
-    bridges: list[dict[str, Any]] = netns.parallel(  # type: ignore[assignment]
+    bridges: list[dict[str, Any]] = netns.parallel(
         lambda n: bridge_status(plan, n, after, tree.get(n.name)),
         plan.routers if plan.fabric is FabricMode.L2 else [])
-    vnis: list[dict[str, Any]] = netns.parallel(  # type: ignore[assignment]
+    vnis: list[dict[str, Any]] = netns.parallel(
         lambda n: evpn_status(plan, n, after),
         plan.of_kind(Kind.LEAF) if plan.fabric is FabricMode.EVPN else [])
     converged = all(r.converged for r in routers) and all(

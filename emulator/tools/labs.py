@@ -137,11 +137,11 @@ def _recorded_faults(lab: str) -> list[faults.Fault]:
 def _fib(plan: Plan, recorded: list[faults.Fault]) -> list[str]:
     """Routers whose kernel FIB (on l2: switches whose bridge port states) is not what the
     plan and the recorded faults require -- the same target `status` and `fail` use."""
-    expected = faults.expected_forwarding(plan, dict(faults.after_state(plan, recorded)))
+    expected = faults.expected_forwarding(plan, faults.after_state(plan, recorded))
     routers = [plan.node(r) for r in expected]
     read = fib_widths_of if plan.routed else bridge_forwarding_of
     pairs = netns.parallel(lambda n: (n.name, read(plan, n)), routers)
-    widths: dict[str, dict[str, Any]] = dict(pairs)  # type: ignore[arg-type]
+    widths: dict[str, dict[str, Any]] = dict(pairs)
     if user_config(plan):  # the user's policy decides the widths: only a router routing none
         return unrouted(widths)
     return fib_problems(widths, expected, bridged=not plan.routed)
