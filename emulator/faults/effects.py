@@ -48,6 +48,7 @@ import shutil
 import subprocess
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from pyroute2 import IPRoute
 
@@ -207,7 +208,7 @@ def _drops_in(node: Node) -> dict[Effect, int]:
     return parse_chains(node.name, json.loads(res.stdout).get("nftables", []))
 
 
-def parse_chains(node: str, items: list[dict[str, object]]) -> dict[Effect, int]:
+def parse_chains(node: str, items: list[dict[str, Any]]) -> dict[Effect, int]:
     """`nft -j list table` items -> the chain effects they hold and their packet counters
     (a rule's comment carries a gray effect's share). Pure."""
     out: dict[Effect, int] = {}
@@ -218,13 +219,13 @@ def parse_chains(node: str, items: list[dict[str, object]]) -> dict[Effect, int]
             values[str(rule["chain"])] = str(rule["comment"])
     for item in items:
         chain, rule = item.get("chain"), item.get("rule")
-        name = str((chain or {}).get("name") or (rule or {}).get("chain") or "")  # type: ignore[union-attr]
+        name = str((chain or {}).get("name") or (rule or {}).get("chain") or "")
         kind = next((k for k, prefix in CHAINS.items() if name.startswith(prefix)), None)
         if kind is None:
             continue
         effect = Effect(kind, node, name[len(CHAINS[kind]):], values.get(name, ""))
-        exprs = (rule or {}).get("expr", [])  # type: ignore[union-attr]
-        packets = sum(e["counter"]["packets"] for e in exprs if "counter" in e)  # type: ignore[index,operator,union-attr]
+        exprs = (rule or {}).get("expr", [])
+        packets = sum(e["counter"]["packets"] for e in exprs if "counter" in e)
         out[effect] = out.get(effect, 0) + packets
     return out
 
@@ -285,5 +286,5 @@ def scan(plan: Plan) -> dict[Effect, int]:
 
     found: dict[Effect, int] = {}
     for part in netns.parallel(one, plan.nodes):
-        found.update(part)  # type: ignore[arg-type]
+        found.update(part)
     return found

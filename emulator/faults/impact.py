@@ -20,16 +20,18 @@ from typing import Any
 
 from .. import forwarding
 from ..engine import client
-from ..engine.job import Job
+from ..engine.job import Job, TransferResult
 from ..errors import ConvergeTimeout, RocelabError
 from ..plan import Kind, Node, Plan
 from . import inject
-from .recovery import FibWatcher, convergence, settle
+from .model import Convergence
+from .recovery import Event, FibWatcher, convergence, settle
 
 JOIN_SLACK_S = 30.0  # beyond the job's own timeout, before a flow is declared stuck
 FLOW_KEYS = ("bytes", "duration_s", "goodput_gbps", "interruption_s", "retransmitted_packets",
              "timeouts", "naks_rx", "integrity_ok")
 Log = Callable[[str], None]
+Row = TransferResult | dict[str, Any]  # a transfer's result, or {src, dst, error} when it failed
 
 
 def _quiet(_: str) -> None:
@@ -42,7 +44,7 @@ class Flows:
     def __init__(self, plan: Plan, pairs: list[tuple[Node, Node]], job: Job):
         self.plan, self.pairs, self.job = plan, pairs, job
         self.done = [0] * len(pairs)
-        self.results: list[dict[str, Any] | None] = [None] * len(pairs)
+        self.results: list[Row | None] = [None] * len(pairs)
         self._moved = threading.Condition()
         self._threads = [threading.Thread(target=self._one, args=(i,), daemon=True)
                          for i in range(len(pairs))]
@@ -64,6 +66,7 @@ class Flows:
                 self.done[i] = done
                 self._moved.notify_all()
 
+        res: Row
         try:
             res = client.transfer(self.plan, src, dst, self.job, tick)
         except RocelabError as e:  # a QP over its retry limit, an unreachable peer...
@@ -82,7 +85,7 @@ class Flows:
                     raise RocelabError(f"transfers did not start moving within {timeout_s:.0f} s")
             return all(r is None for r in self.results)
 
-    def join(self) -> list[dict[str, Any]]:
+    def join(self) -> list[Row]:
         deadline = time.monotonic() + self.job.timeout_s + JOIN_SLACK_S
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -131,7 +134,7 @@ def fault_impact(plan: Plan, action: Action, pairs: list[tuple[Node, Node]], job
         in_flight = flows.wait_moving(start_fraction, settle_timeout_s)
         chosen = action(flows) if callable(action) else action
         fail = inject.apply(plan, chosen)
-        log(f"{fail['name']} at {fail['iso']}")
+        log(f"{fail.get('name')} at {fail['iso']}")
         settled = _settled(plan, watch, fail, settle_timeout_s, log)
         results = flows.join()
         heal = inject.apply(plan, heal_action(chosen))
@@ -140,13 +143,14 @@ def fault_impact(plan: Plan, action: Action, pairs: list[tuple[Node, Node]], job
             convergence(watch.samples, heal, plan)]
     for c, ok in zip(conv, (settled, healed)):
         c["settled"] = c["settled"] and ok
-    flows_out = [_flow_row(r, b) for r, b in zip(results, base or [None] * len(results))]
+    bases: list[Row | None] = list(base) if base else [None] * len(results)
+    flows_out = [_flow_row(r, b) for r, b in zip(results, bases)]
     return {"action": chosen, "in_flight": in_flight, "job": job.to_json(),
             "events": [fail, heal], "convergence": conv, "flows": flows_out,
             "summary": _summary(conv, flows_out)}
 
 
-def _settled(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: float,
+def _settled(plan: Plan, watch: FibWatcher, event: Event, timeout_s: float,
              log: Log) -> bool:
     try:
         settle(plan, watch, event, timeout_s, log)
@@ -155,7 +159,7 @@ def _settled(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: fl
         return False
 
 
-def _flow_row(res: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+def _flow_row(res: Row, base: Row | None) -> dict[str, Any]:
     row = {"src": res["src"], "dst": res["dst"], **{k: res.get(k) for k in FLOW_KEYS},
            "failed": "error" in res, "error": res.get("error"),
            "qps": [{k: q.get(k) for k in ("udp_sport", "spine", "retransmitted_packets", "timeouts")}
@@ -166,7 +170,7 @@ def _flow_row(res: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any
     return row
 
 
-def _summary(conv: list[dict[str, Any]], flows: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(conv: list[Convergence], flows: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [f for f in flows if not f["failed"]]
     slow = [f["slowdown"] for f in ok if "slowdown" in f]
     return {

@@ -30,6 +30,7 @@ from .model import (
     FaultKind,
     FlapEvent,
     HealEvent,
+    Stamp,
     after_state,
     effects_of,
     gray_args,
@@ -102,7 +103,7 @@ def active(plan: Plan) -> list[dict[str, Any]]:
     return live
 
 
-def _stamp() -> dict[str, Any]:
+def _stamp() -> Stamp:
     t = time.time()
     return {"time": round(t, 6), "iso": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
             + f".{int(t % 1 * 1000):03d}Z", "monotonic": round(time.monotonic(), 6)}
@@ -121,7 +122,9 @@ def fail(plan: Plan, fault: Fault) -> FaultEvent:
         record = fault.to_json() | stamp
         doc["active"] = [r for r in live if r.get("recorded", True)] + [record]
         faults = [Fault.from_json(r) for r in live] + [fault]
-        event: FaultEvent = {"action": "fail", **record, "name": fault.name, "inject_s": inject_s,
+        # (record: the fault's JSON keys, Fault.to_json, untyped)
+        event: FaultEvent = {"action": "fail", **record, "name": fault.name,  # type: ignore[typeddict-item]
+                 "inject_s": inject_s,
                  "effects": sorted(map(str, effects_of(plan, fault))),
                  "after": after_state(plan, faults)}
         doc["events"].append(event)
@@ -181,7 +184,8 @@ def flap(plan: Plan, fault: Fault, period_s: float, count: int,
         if transitions and transitions[-1]["action"] == "fail":
             transitions.append(heal(plan, fault))
     first = transitions[0]
-    return {"action": "flap", **fault.to_json(), "name": f"flap {fault.a}-{fault.b}",
+    # (Fault.to_json: the fault's JSON keys, untyped)
+    return {"action": "flap", **fault.to_json(), "name": f"flap {fault.a}-{fault.b}",  # type: ignore[typeddict-item]
             "period_s": period_s, "count": count, "time": first["time"], "iso": first["iso"],
             "monotonic": first["monotonic"], "cycles": sum(1 for t in transitions if t["action"] == "fail"),
             "transitions": transitions}

@@ -123,13 +123,13 @@ class Convergence(TypedDict):
     leaf_ecmp: dict[str, list[int]]  # leaf -> [min, max] width toward remote hosts
 
 
-class _Stamp(TypedDict):
+class Stamp(TypedDict):
     time: float  # wall clock, Unix seconds
     iso: str  # the same, ISO 8601 UTC with milliseconds
     monotonic: float  # the clock convergence is measured on
 
 
-class FaultEvent(_Stamp, total=False):
+class FaultEvent(Stamp, total=False):
     """A fail (`rocelab fail --json`, `faults.fail`), as recorded in faults.json."""
 
     action: str  # "fail"
@@ -145,7 +145,7 @@ class FaultEvent(_Stamp, total=False):
     convergence: Convergence  # added by `fail` unless --no-wait
 
 
-class HealEvent(_Stamp, total=False):
+class HealEvent(Stamp, total=False):
     """A heal (`rocelab heal --json`, `faults.heal`)."""
 
     action: str  # "heal"
@@ -157,7 +157,7 @@ class HealEvent(_Stamp, total=False):
     convergence: Convergence
 
 
-class FlapEvent(_Stamp, total=False):
+class FlapEvent(Stamp, total=False):
     """A flap (`rocelab fail LAB flap A B`, `faults.flap`): every fail and heal in order."""
 
     action: str  # "flap"

@@ -22,14 +22,14 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import bridge, converge, netns
 from ..errors import ConvergeTimeout
 from ..plan import Kind, Plan
 from . import inject
-from .model import Convergence, Fault, FaultEvent, HealEvent, links_of
+from .model import AfterState, Convergence, Fault, FaultEvent, HealEvent, links_of
 
 RTMGRP_LINK = 0x1  # a port going down flushes routes without any route notification
 RTMGRP_IPV4_ROUTE = 0x40
@@ -39,16 +39,17 @@ RESAMPLE_S = 0.5  # re-read every FIB this often anyway: a lost netlink message 
 Widths = dict[str, dict[str, Any]]
 Sample = tuple[float, str, dict[str, Any]]
 Progress = Callable[[str], None]
+Event = Mapping[str, Any]  # a fail or heal (FaultEvent, HealEvent), or its row in a run's events
 
 
-def expected_fib(plan: Plan, after: dict[str, Any]) -> Widths:
+def expected_fib(plan: Plan, after: AfterState) -> Widths:
     """The widths every surviving router converges to once the event's cuts are routed around
     (toward each host prefix on l3, each leaf's VTEP loopback on evpn; nothing on l2)."""
     cut = frozenset(frozenset(link) for link in after.get("cut_links", []))
-    return plan.expected_widths(cut, frozenset(after.get("failed_nodes", [])))  # type: ignore[return-value]
+    return plan.expected_widths(cut, frozenset(after.get("failed_nodes", [])))
 
 
-def expected_forwarding(plan: Plan, after: dict[str, Any]) -> Widths:
+def expected_forwarding(plan: Plan, after: AfterState) -> Widths:
     """What the watcher waits for: the FIB widths on a routed fabric (expected_fib); on l2,
     every live switch port's STP state in the tree 802.1D settles on around the cuts (the
     cut ports themselves are left out: down, or -- silent -- forwarding with no BPDUs), and
@@ -197,7 +198,7 @@ class FibWatcher:
                 self._changed.wait(min(left, 0.1))
 
 
-def settle(plan: Plan, watch: FibWatcher, event: dict[str, Any], timeout_s: float,
+def settle(plan: Plan, watch: FibWatcher, event: Event, timeout_s: float,
            progress: Progress = lambda _: None) -> None:
     """Block until routing reflects `event` (a fail or heal from inject.py); ConvergeTimeout if not
     within `timeout_s`. `convergence(watch.samples, event, ...)` then says when it did.
@@ -288,7 +289,7 @@ def _mismatch(lab: str, state: Widths, expected: Widths, timeout_s: float) -> st
             + "; ".join(bad[:3]))
 
 
-def convergence(samples: list[Sample], event: dict[str, Any], plan: Plan,
+def convergence(samples: list[Sample], event: Event, plan: Plan,
                 until: float | None = None) -> Convergence:
     """When, after `event`, the FIB first changed and when it settled on the expected state.
 
