@@ -28,7 +28,7 @@ $(VSTAMP): pyproject.toml
 demo:  ## the main job on the default topology (scripts/demo.sh runs setup itself, into a log)
 	@scripts/demo.sh $(TOPOLOGY)
 
-lint: setup  ## ruff over the tree, mypy over the pure modules (both configured in pyproject.toml)
+lint: setup  ## ruff over the tree, mypy over the modules listed in pyproject.toml (both configured there)
 	$(VENV)/bin/ruff check emulator tests
 	$(VENV)/bin/mypy
 

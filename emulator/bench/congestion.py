@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .. import forwarding, lab, netns, state
@@ -51,13 +52,15 @@ def run(repeats: int = 1, log=lambda m: print(m, file=sys.stderr)) -> dict[str, 
     try:
         plan = state.lab_plan(NAME)
         cp = plan.congestion
+        assert cp is not None, f"{TOPOLOGY} enables congestion"
         shaping = _iperf(plan, cp.rate_bps)
         log(f"congestion shaping: {shaping['delivered_bps'] / 1e6:.2f} of {cp.rate_bps / 1e6:g} Mbit/s")
         storm, _ = runner.run("experiments/pause-storm.yaml", name=NAME)
         incast, _ = runner.run("experiments/incast.yaml", name=NAME)
     finally:
         lab.down(NAME)
-    series = {f["name"]: _cumulative(f["rate_series"]) for f in incast["flows"]}
+    series: dict[str, Sequence[tuple[float, float]]] = {
+        f["name"]: _cumulative(f["rate_series"]) for f in incast["flows"]}
     start = min(f["start_s"] for f in incast["flows"])
     end = min(f["end_s"] for f in incast["flows"] if f["end_s"])
     conv = analysis.convergence_time(series, start, end, window=1.0)
@@ -75,7 +78,7 @@ def run(repeats: int = 1, log=lambda m: print(m, file=sys.stderr)) -> dict[str, 
     }
 
 
-def _cumulative(rate_series: list[list[float]]) -> list[tuple[float, float]]:
+def _cumulative(rate_series: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
     """[(t, bps)] between samples -> [(t, cumulative bytes)]."""
     out, total, prev = [], 0.0, None
     for t, bps in rate_series:

@@ -107,8 +107,9 @@ def _enter(ns: str) -> None:
         netns.setns(fd)
     finally:
         os.close(fd)
-    if CPUS[ns] is not None:
-        os.sched_setaffinity(0, {CPUS[ns]})
+    cpu = CPUS[ns]
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
 
 
 # -- the engine: each side a forked process inside its namespace -------------

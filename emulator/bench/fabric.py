@@ -66,9 +66,9 @@ def one_run(topology: str, name: str) -> dict[str, Any]:
         result = lab.up(topology, name=name)
         rss = router_rss_mb(name)
     finally:
-        t = time.monotonic()
+        t_down = time.monotonic()
         lab.down(name)
-        down_s = time.monotonic() - t
+        down_s = time.monotonic() - t_down
     t = result.timings
     # Everything but FRR's own work: building the kernel objects, our CPU spent
     # spawning daemons, and verification. (Daemon start-up wall time is FRR's.)

@@ -161,7 +161,7 @@ def queue_drops(plan, tc: int) -> dict[str, int]:
         with netns.entered(node.netns), IPRoute() as ipr:
             for q in ipr.get_qdiscs():
                 if q["handle"] == handle:
-                    stats = q.get_attr("TCA_STATS2") or {}
+                    stats = q.get_attr("TCA_STATS2")
                     basic = stats.get_attr("TCA_STATS_QUEUE") if stats else None
                     name = socket.if_indextoname(q["index"])
                     out[f"{node.name}:{name}"] = (basic or {}).get("drops", 0)

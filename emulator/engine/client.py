@@ -106,7 +106,7 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
         rail = i % len(src.addresses) if len(src.addresses) > 1 else None
         qp["rail"] = rail
         qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"], rail=rail)
-    return TransferResult(**msg, src=src.name, dst=dst.name)
+    return TransferResult(**msg, src=src.name, dst=dst.name)  # type: ignore[typeddict-item]  # JSON reply
 
 
 def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:

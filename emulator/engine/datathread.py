@@ -130,7 +130,7 @@ class DataPlane(threading.Thread):
         if watch is not None:
             self.watches[qp.qpn] = watch
 
-    def remove(self, qpns: list[int]) -> dict[int, dict[str, int]]:
+    def remove(self, qpns: list[int]) -> dict[int, dict[str, Any]]:
         """(data thread) Stop serving QPs; return their final counters."""
         out = {}
         for qpn in qpns:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Sequence
 
 from ..metrics import netlink
 from ..plan import Kind, Node, Plan
@@ -35,7 +36,7 @@ class PortCounters(threading.Thread):
         self._halt = threading.Event()
         self._recording: Recording | None = None
 
-    def read(self, nodes: list[Node]) -> dict[str, dict[str, int]]:
+    def read(self, nodes: Sequence[Node]) -> dict[str, dict[str, int]]:
         """"node:port" -> FIELDS for every port of `nodes` that could be read now."""
         out = {}
         for node in nodes:

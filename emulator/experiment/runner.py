@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import faults, forwarding, lab, state, workload
 from ..congestion.model import ROCE_TC
@@ -110,7 +110,7 @@ class FlowRun(threading.Thread):
                 began = time.monotonic()
                 res = client.transfer(self.plan, src, dst, self.job, self._tick)
                 end = time.monotonic()
-                self.results.append(res)
+                self.results.append(cast(dict[str, Any], res))  # kept as the JSON it is
                 self.handoffs.append((began - self.t0, end - began))
                 self._base += self.job.payload_bytes
                 self.delivered.append((round(end - self.t0, 4), self._base))
@@ -327,7 +327,7 @@ def _fault_target(plan: Plan, args: dict[str, Any], field: str) -> None:
 def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence[Measure] = (),
              label: str = "") -> analysis.Results:
     hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}
-                   | {plan.node(a.dcqcn["host"]) for a in exp.actions if a.kind == "dcqcn"},
+                   | {plan.node(a.dcqcn["host"]) for a in exp.actions if a.dcqcn is not None},
                    key=lambda n: n.name)
     client.ensure_engines(plan, hosts)
     snaps = Snapshots(plan)  # diagnose's evidence: the collectors' counters around the run

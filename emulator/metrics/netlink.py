@@ -144,7 +144,7 @@ def parse_links(data: bytes) -> list[Link]:
         raw = a.get(IFLA_STATS64)
         stats = dict(zip(STATS64_FIELDS, struct.unpack_from("=8Q", raw))) if raw else {}
         mtu = a.get(IFLA_MTU)
-        out.append(Link(index, name, bool(oper) and oper[0] == IF_OPER_UP, stats,
+        out.append(Link(index, name, bool(oper and oper[0] == IF_OPER_UP), stats,
                         struct.unpack_from("=I", mtu)[0] if mtu else 0))
     return out
 

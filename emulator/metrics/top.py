@@ -130,8 +130,8 @@ def _ports(p: Index | None, c: Index, rows: int) -> list[PortRow]:
     marks = _rate(p, c, "rocelab_dataplane_ce_marked_packets_total", *k)
     pauses = _rate(p, c, "rocelab_dataplane_pause_tx_frames_total", *k)
     drops = c.by("rocelab_qdisc_dropped_packets_total", *k)
-    for key, v in c.by("rocelab_interface_tx_dropped_packets_total", *k).items():
-        drops[key] = drops.get(key, 0.0) + v
+    for port, v in c.by("rocelab_interface_tx_dropped_packets_total", *k).items():
+        drops[port] = drops.get(port, 0.0) + v
     out = [PortRow(n, port, queue.get((n, port), 0.0), maxq.get((n, port), 0.0),
                    tx.get((n, port), 0.0) * 8 if p else None,
                    marks.get((n, port)) if p and marks else None,
@@ -221,8 +221,8 @@ def _transfers_panel(v: View) -> Panel:
         rate = _opt(None if t.bps is None else t.bps / 1e6, "{:.1f} Mbit/s")
         table.add_row(f"{t.src} -> {t.dst}", ProgressBar(total=t.total or 1, completed=t.done),
                       f"{pct:5.1f}% of {_bytes(t.total)}", rate)
-    for n, q, rate, alpha in v.qps[:3]:
+    for n, q, qp_bps, alpha in v.qps[:3]:
         table.add_row(Text(f"  DCQCN {n} QP {q}", style="dim"), "",
-                      Text(f"rate {rate / 1e6:.2f} Mbit/s", style="dim"),
+                      Text(f"rate {qp_bps / 1e6:.2f} Mbit/s", style="dim"),
                       Text(f"alpha {alpha:.2f}", style="dim"))
     return Panel(table, title=f"transfers ({len(v.transfers)} in flight)", title_align="left")

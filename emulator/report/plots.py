@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -52,9 +52,14 @@ def _empty(ax: Axes, why: str) -> None:
 
 def _real_axis(ax: Axes, d: ReportData) -> None:
     """A second time axis on top in real-equivalent milliseconds (wall / D)."""
+    def to_real_ms(t: Any) -> Any:  # matplotlib hands over arrays of wall seconds
+        return d.dilation.real_s(t) * 1e3
+
+    def to_wall_s(r: Any) -> Any:
+        return d.dilation.wall_s(r / 1e3)
+
     if d.dilation > 1:
-        top = ax.secondary_xaxis("top", functions=(lambda t: d.dilation.real_s(t) * 1e3,
-                                                   lambda r: d.dilation.wall_s(r / 1e3)))
+        top = ax.secondary_xaxis("top", functions=(to_real_ms, to_wall_s))
         top.set_xlabel("real-equivalent time (ms)", fontsize=9)
 
 

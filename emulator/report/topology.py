@@ -100,7 +100,7 @@ def _box(ax: Axes, xy: tuple[float, float], text: str, sub: str, colour: str, wi
 
 
 def _links(ax: Axes, plan: Plan, pos, util: dict[Link, float] | None, norm: Normalize) -> None:
-    hottest = sorted(util, key=util.get, reverse=True)[:3] if util else []
+    hottest = sorted(util, key=lambda link: util[link], reverse=True)[:3] if util else []
     fabric_lw = 2.2 if sum(1 for link in plan.links if link.fabric) <= 32 else 0.9
     for link in plan.links:
         (x1, y1), (x2, y2) = pos[link.a], pos[link.b]

@@ -95,7 +95,8 @@ class SendBatch:
             self._msgs[i].hdr.namelen = ctypes.sizeof(_SockaddrIn)
         # Strided views of the two fields set per datagram, indexed by slot:
         # iov_len (the second word of each iovec) and msg_name (the first of each header).
-        self._iov_len = memoryview(self._iov).cast("B").cast("N")[
+        # (typeshed's memoryview.cast lists no "N", size_t's format)
+        self._iov_len = memoryview(self._iov).cast("B").cast("N")[  # type: ignore[call-overload]
             _Iovec.len.offset // ctypes.sizeof(ctypes.c_size_t)::
             ctypes.sizeof(_Iovec) // ctypes.sizeof(ctypes.c_size_t)]
         self._msg_name = memoryview(self._msgs).cast("B").cast("P")[
@@ -201,7 +202,8 @@ class Transport:
         self._rx = bytearray(65536)
         self._rxv = memoryview(self._rx)
         self._batch = SendBatch()
-        self._raw = self._guard = None
+        self._raw: socket.socket | None = None
+        self._guard: socket.socket | None = None
         self._rail_guards: list[socket.socket] = []
         try:
             self._raw = _open_raw(local_ip if not rail_ips else "0.0.0.0")
@@ -228,8 +230,9 @@ class Transport:
         had no room for it, which the RC layer recovers from like a loss."""
         if self._batch.count:
             self.flush()  # keep the order datagrams were handed over in
+        assert self._raw is not None, "transport closed"
         try:
-            self._raw.sendto(datagram, (dst_ip, 0))  # type: ignore[union-attr]
+            self._raw.sendto(datagram, (dst_ip, 0))
         except OSError as e:
             if e.errno not in _TRANSIENT:
                 raise EngineError(f"sending RoCEv2 to {dst_ip}: {e.strerror}") from e
@@ -244,10 +247,11 @@ class Transport:
 
         The payload is a view into a buffer the next call overwrites.
         """
+        assert self._raw is not None, "transport closed"
         recv_into, rx, rxv, counters = self._raw.recv_into, self._rx, self._rxv, self.counters
         while True:
             try:
-                n = recv_into(rx, 0, socket.MSG_DONTWAIT)  # type: ignore[union-attr]
+                n = recv_into(rx, 0, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return None
             counters.rx_datagrams += 1
@@ -284,8 +288,9 @@ class Transport:
         and `blocked` is true until a later flush gets it out."""
         if not self._batch.count:
             return 0
+        assert self._raw is not None, "transport closed"
         try:
-            sent, refused, nbytes = self._batch.send(self._raw.fileno())  # type: ignore[union-attr]
+            sent, refused, nbytes = self._batch.send(self._raw.fileno())
         except OSError as e:
             raise EngineError(f"sending RoCEv2 datagrams: {e.strerror}") from e
         self.counters.tx_datagrams += sent

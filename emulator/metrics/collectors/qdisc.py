@@ -10,6 +10,8 @@ as TC 0/3/6: sent, backlog, drops, overlimits, requeues.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...congestion.model import TCS
 from ...congestion.qos import classid
 from ...plan import Plan
@@ -60,7 +62,7 @@ class Collector(Source):
         return names
 
     @staticmethod
-    def parse(raw: dict[str, dict[str, bytes]], plan: Plan) -> list[Family]:
+    def parse(raw: dict[str, dict[str, Any]], plan: Plan) -> list[Family]:
         fams = Families(plan.lab)
         for node in plan.nodes:
             dumps = raw.get(node.name)
