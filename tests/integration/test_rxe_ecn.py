@@ -65,6 +65,42 @@ def listening(vm, port=18515) -> bool:
     return rc == 0 and f":{port} " in out
 
 
+def two_flows_into(server, dst_ip: str) -> None:
+    """ib_write_bw from prefill1's guest and the engine's write_bw from prefill2, both into
+    decode1's guest, until both ended."""
+    # two flows into decode1, so leaf3 -> decode1 queues and marks: rxe prefill1 ->
+    # rxe decode1 on port 18516, and the engine on prefill2 -> a second real server
+    # with the ACK timeout docs/rxe.md gives verbs programs on a dilated lab (-u 20, 4.3 s):
+    # perftest's default (14, 67 ms) is shorter than the pauses two flows into one shaped
+    # port cause, so rxe resent into the paused queue (completer_retry_err 5, 2 of 2 runs)
+    argv = ["ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "--tclass=106", "-u", str(ACK_TIMEOUT),
+            "-s", "65536", "-n", str(N), "-p", "18516"]
+    job = server.spawn(argv)
+    rival = server.spawn(["ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-s", "65536",
+                          "-D", "8"])
+    engine = None
+    try:
+        poll(lambda: listening(server) and listening(server, 18516), timeout=30,
+             what="both ib_write_bw servers listening")
+        engine = subprocess.Popen([ROCELAB, "perftest", NAME, "write_bw", "--src", "prefill2",
+                                   "--dst", "decode1", "-s", "65536", "-D", "8"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(2.0)  # the engine's flow is running
+        # the guest ignores pause frames, but a pause holds its frames in its host
+        # port's lossless class (the congestion plane's TBF), so nothing is lost: the
+        # run completes with no retry (it stalled while the wire's filter hid arriving
+        # frames from the plane's ingress program: docs/rxe.md, "ECN and rxe")
+        cli("exec", NAME, "prefill1", "--", "timeout", str(CLIENT_S), *argv,
+            dst_ip, timeout=CLIENT_S + 20)
+        assert server.wait(job, timeout=20) == 0
+        assert engine.wait(timeout=60) == 0, engine.stderr.read() if engine.stderr else ""
+    finally:
+        server.kill(job)
+        server.kill(rival)
+        if engine is not None and engine.poll() is None:
+            engine.kill()  # by PID: the client this test started
+
+
 def test_ce_reaches_the_rxe_receiver_and_rxe_sends_no_cnp(lab, tmp_path):
     plan = lab.plan
     dst, src = plan.node("decode1"), plan.node("prefill1")
@@ -78,37 +114,7 @@ def test_ce_reaches_the_rxe_receiver_and_rxe_sends_no_cnp(lab, tmp_path):
     try:
         poll(lambda: pcap.exists() and pcap.stat().st_size >= 24, timeout=10, what="tcpdump started")
         before = marks(scraper)
-        # two flows into decode1, so leaf3 -> decode1 queues and marks: rxe prefill1 ->
-        # rxe decode1 on port 18516, and the engine on prefill2 -> a second real server
-        # with the ACK timeout docs/rxe.md gives verbs programs on a dilated lab (-u 20, 4.3 s):
-        # perftest's default (14, 67 ms) is shorter than the pauses two flows into one shaped
-        # port cause, so rxe resent into the paused queue (completer_retry_err 5, 2 of 2 runs)
-        argv = ["ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "--tclass=106", "-u", str(ACK_TIMEOUT),
-                "-s", "65536", "-n", str(N), "-p", "18516"]
-        job = server.spawn(argv)
-        rival = server.spawn(["ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-s", "65536",
-                              "-D", "8"])
-        engine = None
-        try:
-            poll(lambda: listening(server) and listening(server, 18516), timeout=30,
-                 what="both ib_write_bw servers listening")
-            engine = subprocess.Popen([ROCELAB, "perftest", NAME, "write_bw", "--src", "prefill2",
-                                       "--dst", "decode1", "-s", "65536", "-D", "8"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(2.0)  # the engine's flow is running
-            # the guest ignores pause frames, but a pause holds its frames in its host
-            # port's lossless class (the congestion plane's TBF), so nothing is lost: the
-            # run completes with no retry (it stalled while the wire's filter hid arriving
-            # frames from the plane's ingress program: docs/rxe.md, "ECN and rxe")
-            cli("exec", NAME, "prefill1", "--", "timeout", str(CLIENT_S), *argv,
-                dst.address.split("/")[0], timeout=CLIENT_S + 20)
-            assert server.wait(job, timeout=20) == 0
-            assert engine.wait(timeout=60) == 0, engine.stderr.read() if engine.stderr else ""
-        finally:
-            server.kill(job)
-            server.kill(rival)
-            if engine is not None and engine.poll() is None:
-                engine.kill()  # by PID: the client this test started
+        two_flows_into(server, dst.address.split("/")[0])
         sender = vm_for(plan, src).counters()
         assert sender["completer_retry_err"] == 0 and sender["sent_pkts"] >= N * 16
         time.sleep(0.5)
@@ -118,15 +124,20 @@ def test_ce_reaches_the_rxe_receiver_and_rxe_sends_no_cnp(lab, tmp_path):
         scraper.close()
         dump.terminate()  # by PID: the capture this test started
         dump.wait(10)
-    frames = roce_frames(pcap)
-    to_guest = [f for f in frames if f[0] == src.address and f[1] == dst.address]
-    from_guest = [f for f in frames if f[0] == dst.address and f[1] == src.address]
+    marked = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    check_capture(roce_frames(pcap), src.address, dst.address,
+                  {k: v for k, v in marked.items() if v}, rxe_counters)
+
+
+def check_capture(frames: list[tuple[str, str, int, int, int]], src: str, dst: str,
+                  marked: dict[tuple[str, str], float], rxe_counters: dict[str, int]) -> None:
+    """What decode1's wire carried: CE-marked RoCE class frames to the guest, no CNP back."""
+    to_guest = [f for f in frames if f[0] == src and f[1] == dst]
+    from_guest = [f for f in frames if f[0] == dst and f[1] == src]
     assert len(to_guest) >= 100, len(to_guest)
     assert {f[2] for f in to_guest} == {26}  # the RoCE class, as the congestion plane classifies it
     ce = sum(1 for f in to_guest if f[3] == 3)
     ect = sum(1 for f in to_guest if f[3] == 2)
-    marked = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-    marked = {k: v for k, v in marked.items() if v}
     print(f"\nframes to decode1's guest: {len(to_guest)} (ECT(0) {ect}, CE {ce}); "
           f"CE marked by port: {marked}; from the guest: {len(from_guest)}, CNPs: "
           f"{sum(1 for f in from_guest if f[4] == CNP)}; rxe rcvd_pkts {rxe_counters.get('rcvd_pkts')}")
