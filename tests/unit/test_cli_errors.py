@@ -30,6 +30,7 @@ from click.testing import CliRunner
 
 from emulator import paths, state
 from emulator.cli import main
+from emulator.cli.exitcodes import CODES
 from emulator.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -317,6 +318,7 @@ def test_a_bad_command_line_is_one_line_and_the_documented_code(case, rocelab):
     res = rocelab(case.args)
     want = ExitCode.NOT_ROOT if case.after_root and not IS_ROOT else case.code
     assert_one_error_line(res, want)
+    assert want in CODES[case.command], f"exit {want} is not in {case.command}'s row of cli/exitcodes.py"
     if case.code == NOT_FOUND and want == NOT_FOUND:
         assert case.args[1] in res.stderr, res.stderr  # says in which lab it looked
 
