@@ -166,7 +166,10 @@ def reachable_codes(module: ModuleType) -> set[ExitCode]:
         elif isinstance(node, ast.Attribute) and node.attr in LIBRARY_CHECKS:
             codes.add(LIBRARY_CHECKS[node.attr])
         elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
-            cls = eval(ast.unparse(node.exc.func), vars(module))  # a name the module imports
+            try:  # a class the module imports; not a local (`raise e.with_traceback(...)`)
+                cls = eval(ast.unparse(node.exc.func), vars(module))
+            except (NameError, AttributeError):
+                continue
             if isinstance(cls, type) and issubclass(cls, RocelabError):
                 codes.add(cls.exit_code)
             elif isinstance(cls, type) and issubclass(cls, click.UsageError):
