@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from ..congestion.model import ROCE_TC
+from ..plan.congestion import ROCE_TC
 from ..errors import ExitCode
 from ..plan import Plan
 from ..units import Dilation, parse_duration
