@@ -51,7 +51,8 @@ class Congestion(Strict):
     enabled: bool = Field(False, description="Shape every port and run ECN, PFC and DCQCN.")
     dilation: Annotated[float, Field(ge=1, strict=False)] | Literal["auto"] = Field(
         "auto", description="Time dilation D (at least 1: a lab never runs faster than the "
-        "fabric it emulates): links run at speed/D, protocol timers x D.")
+        "fabric it emulates): links run at speed/D, DCQCN's timers x D (BGP, BFD and STP "
+        "timers as given).")
     max_link_rate: Speed = Field("100M", description="With dilation auto: pick D so speed/D <= this.")
     buffer: Size = Field("4MB", description="Per-port buffer of each lossy class (bfifo limit).")
     roce_dscp: Annotated[int, Field(ge=0, le=63)] = Field(26, description="DSCP of RoCE data.")
