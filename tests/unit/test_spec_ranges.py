@@ -150,3 +150,9 @@ def test_a_renamed_big_fabric_numbers_its_leaves_as_the_file_does():
     _, plan, _ = load_topology("tests/fixtures/too-big.yaml", name="renamed")
     leaves = [n for n in plan.nodes if n.kind.value == "leaf"]
     assert leaves[0].asn == 4200000000
+
+
+def test_an_explicit_fabric_without_nodes_is_one_line_error():
+    # nodes: {} once crashed planning ("max() arg is an empty sequence") before this check
+    problem = one_line_error(lambda: plan_of({"name": "lab", "nodes": {}, "links": []}))
+    assert "nodes: must name at least one node" in problem
