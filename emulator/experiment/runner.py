@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import faults, forwarding, lab, state, workload
-from ..congestion.model import ROCE_TC
 from ..congestion.qos import queue_drops
 from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import ConvergeTimeout, RocelabError, SpecError
 from ..metrics.snapshot import Snapshots, results_block
 from ..plan import Kind, Plan
+from ..plan.congestion import ROCE_TC
 from ..spec import LAB_NAME, LAB_RULE, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
 from . import actions, analysis, compare

@@ -10,9 +10,9 @@ as TC 0/3/6: sent, backlog, drops, overlimits, requeues.
 
 from __future__ import annotations
 
-from ...congestion.model import TCS
 from ...congestion.qos import classid
 from ...plan import Plan
+from ...plan.congestion import TCS
 from .. import netlink
 from ..model import Families, Family, Kind, Source
 
