@@ -31,7 +31,7 @@ import yaml
 
 from . import outfile, render
 from .errors import RocelabError
-from .plan import Kind, Node, Plan
+from .plan import Kind, Link, Node, Plan
 from .spec import EcmpHash, FabricMode
 
 FORMATS = ("containerlab",)
@@ -40,6 +40,8 @@ HOST_IMAGE = "ghcr.io/srl-labs/network-multitool"  # Alpine with iproute2 (multi
 MARKER = "# rocelab export"  # the first line of every clab file `export` writes
 CONFIGS = "configs"
 MOUNT = "/rocelab"  # where hosts and bridging switches find their script
+BIND_TARGETS = {"frr.conf": "/etc/frr/frr.conf", "daemons": "/etc/frr/daemons",  # in the container
+                "host.sh": f"{MOUNT}/host.sh", "bridge.sh": f"{MOUNT}/bridge.sh"}
 NODE_FILES = frozenset({"frr.conf", "daemons", "host.sh", "bridge.sh"})  # all `export` writes per node
 USER_HZ = 100  # bridge timers cross netlink (and iproute2's arguments) in centiseconds
 VXLAN_PORT = 4789
@@ -150,51 +152,16 @@ def containerlab(plan: Plan, rendered: render.Rendered, router_image: str = ROUT
     """The lab as a containerlab topology and the files its nodes bind (a router's frr.conf:
     the rendered one, or its `frr_configs:` file with any snippet, as render made it)."""
     files: dict[str, str] = {}
-    executable: set[str] = set()
     nodes: dict[str, dict[str, Any]] = {}
-    link_mtu = {}
-    for link in plan.links:
-        a = plan.node(link.a).interface(link.a_ifname)
-        link_mtu[link] = plan.port_mtu(a)
-    own_mtu: dict[str, list[tuple[str, int]]] = {}  # ports whose MTU differs from their link's
-    for link, mtu in link_mtu.items():
-        for name, ifname in ((link.a, link.a_ifname), (link.b, link.b_ifname)):
-            port = plan.node(name).interface(ifname)
-            if plan.port_mtu(port) != mtu:
-                own_mtu.setdefault(name, []).append((ifname, plan.port_mtu(port)))
+    link_mtu = {link: plan.port_mtu(plan.node(link.a).interface(link.a_ifname))
+                for link in plan.links}
+    own_mtu = _own_mtus(plan, link_mtu)
     frr = {n.name for n in plan.frr_nodes}
     for node in plan.nodes:
-        d = f"{CONFIGS}/{node.name}"
-        entry: dict[str, Any] = {"kind": "linux", "group": node.kind.value}
-        binds: list[str] = []
-        run: list[str] = []
-        if node.name in frr:
-            entry["image"] = router_image
-            files[f"{d}/frr.conf"] = rendered.files[node.name]["frr.conf"]
-            files[f"{d}/daemons"] = daemons_file(plan, node)
-            binds += [f"{d}/frr.conf:/etc/frr/frr.conf", f"{d}/daemons:/etc/frr/daemons"]
-        elif node.is_router:
-            entry["image"] = host_image
-        else:
-            entry |= {"image": host_image, "network-mode": "none"}
-            files[f"{d}/host.sh"] = render.host_script(plan, node)
-            executable.add(f"{d}/host.sh")
-            binds.append(f"{d}/host.sh:{MOUNT}/host.sh")
-            run.append(f"sh {MOUNT}/host.sh")
-        if node.bridge:
-            files[f"{d}/bridge.sh"] = bridge_script(plan, node)
-            executable.add(f"{d}/bridge.sh")
-            binds.append(f"{d}/bridge.sh:{MOUNT}/bridge.sh")
-            run.append(f"sh {MOUNT}/bridge.sh")
-        if node.kind is not Kind.HOST:  # hosts' host.sh sets every NIC's MTU itself
-            run += [f"ip link set dev {ifname} mtu {mtu}" for ifname, mtu in own_mtu.get(node.name, [])]
-        entry["binds"] = binds
-        if run:
-            entry["exec"] = run
-        entry["sysctls"] = sysctls(plan, node)
-        if not binds:
-            del entry["binds"]
-        nodes[node.name] = entry
+        mine = _node_files(plan, rendered, node, frr)
+        image = router_image if node.name in frr else host_image
+        nodes[node.name] = _clab_node(plan, node, image, mine, own_mtu.get(node.name, []))
+        files |= {f"{CONFIGS}/{node.name}/{name}": text for name, text in mine.items()}
     links = [{"endpoints": _Flow([f"{link.a}:{link.a_ifname}", f"{link.b}:{link.b_ifname}"]),
               "mtu": mtu} for link, mtu in link_mtu.items()]
     clab = {"name": plan.lab, "topology": {"nodes": nodes, "links": links}}
@@ -208,7 +175,49 @@ def containerlab(plan: Plan, rendered: render.Rendered, router_image: str = ROUT
     text = "\n".join(head) + "\n" + yaml.dump(clab, Dumper=_Dumper, sort_keys=False,
                                                default_flow_style=False, width=110)
     return Export(lab=plan.lab, clab_file=clab_file, files={clab_file: text, **files},
-                  executable=frozenset(executable))
+                  executable=frozenset(f for f in files if f.endswith(".sh")))
+
+
+def _own_mtus(plan: Plan, link_mtu: dict[Link, int]) -> dict[str, list[tuple[str, int]]]:
+    """node -> (port, MTU) of each port whose MTU differs from its link's."""
+    own_mtu: dict[str, list[tuple[str, int]]] = {}
+    for link, mtu in link_mtu.items():
+        for name, ifname in ((link.a, link.a_ifname), (link.b, link.b_ifname)):
+            port = plan.node(name).interface(ifname)
+            if plan.port_mtu(port) != mtu:
+                own_mtu.setdefault(name, []).append((ifname, plan.port_mtu(port)))
+    return own_mtu
+
+
+def _node_files(plan: Plan, rendered: render.Rendered, node: Node, frr: set[str]) -> dict[str, str]:
+    """The files a node's container binds, by name: an FRR router's frr.conf and daemons,
+    a host's host.sh, a bridging switch's bridge.sh."""
+    out = {}
+    if node.name in frr:
+        out["frr.conf"] = rendered.files[node.name]["frr.conf"]
+        out["daemons"] = daemons_file(plan, node)
+    elif not node.is_router:
+        out["host.sh"] = render.host_script(plan, node)
+    if node.bridge:
+        out["bridge.sh"] = bridge_script(plan, node)
+    return out
+
+
+def _clab_node(plan: Plan, node: Node, image: str, mine: dict[str, str],
+               own_mtu: list[tuple[str, int]]) -> dict[str, Any]:
+    """A node's entry: its image, binds, the scripts it runs and its sysctls."""
+    entry: dict[str, Any] = {"kind": "linux", "group": node.kind.value, "image": image}
+    if node.kind is Kind.HOST:
+        entry["network-mode"] = "none"
+    if mine:
+        entry["binds"] = [f"{CONFIGS}/{node.name}/{name}:{BIND_TARGETS[name]}" for name in mine]
+    run = [f"sh {MOUNT}/{name}" for name in mine if name.endswith(".sh")]
+    if node.kind is not Kind.HOST:  # hosts' host.sh sets every NIC's MTU itself
+        run += [f"ip link set dev {ifname} mtu {mtu}" for ifname, mtu in own_mtu]
+    if run:
+        entry["exec"] = run
+    entry["sysctls"] = sysctls(plan, node)
+    return entry
 
 
 def left_behind(plan: Plan) -> list[str]:

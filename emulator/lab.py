@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import converge, estimate, expectations, frr, neighbours, netns, rundirs, state
+from . import converge, estimate, frr, neighbours, netns, rundirs, state, validate_block
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, RocelabError, SpecError
 from .names import check_lab
@@ -78,7 +78,7 @@ def load_topology(source: str | Path | Mapping[str, Any], name: str | None = Non
         topo = parse(topo.model_dump(mode="json") | {"name": name}, f"--name {name!r}")
     try:
         plan = compile_plan(topo, where)
-        expectations.check(topo, plan, where)  # the `validate:` block names real nodes
+        validate_block.check(topo, plan, where)  # the `validate:` block names real nodes
     except SpecError as e:  # a semantic error: point at its line in the file
         raise (located(e, read_yaml(source)[1]) if from_file else e) from None  # type: ignore[arg-type]
     return topo, plan, render(plan, templates)

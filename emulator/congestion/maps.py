@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from ..paths import lab_run_dir
 from ..plan import Node, Plan
+from ..plan.congestion import ROCE_TC, TCS
 from . import libbpf
-from .model import ROCE_TC, TCS
 
 MAX_PORTS = 4096
 NTC = 8

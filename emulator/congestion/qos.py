@@ -25,7 +25,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 
 from ..errors import RocelabError
-from .model import CNP_TC, DEFAULT_TC, ROCE_TC, CongestionPlan
+from ..plan.congestion import CNP_TC, DEFAULT_TC, ROCE_TC, CongestionPlan
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct tc_fifo_qopt
 # (the limit is in bytes for bfifo), so the pfifo encoder serves for both.

@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from ..congestion.model import ROCE_TC
 from ..errors import ExitCode
 from ..plan import Plan
+from ..plan.congestion import ROCE_TC
 from ..units import Dilation, parse_duration
-from . import expect, traffic
+from . import expect_lines, traffic
 from .spec import Experiment
 
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx", "bad_icrc")  # per flow
@@ -277,7 +277,7 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
         "measured": dict(measured or {}),
         "evidence": evidence,
     }
-    out["expectations"] = [expect.evaluate(dict(out), expect.parse(line)) for line in exp.expect]
+    out["expectations"] = [expect_lines.evaluate(dict(out), expect_lines.parse(line)) for line in exp.expect]
     return out
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from ..errors import ExitCode
-from . import expect
+from . import expect_lines
 from .analysis import Results
 from .analysis import verdict as fabric_verdict
 from .spec import Experiment
@@ -53,7 +53,7 @@ class CompareResults(TypedDict):
 
 def crosses(line: str) -> bool:
     """Does this `expect:` line address fabrics (fabrics.LABEL...) rather than one run?"""
-    e = expect.parse(line)
+    e = expect_lines.parse(line)
     return e.path[:1] == ("fabrics",) or (e.ref or ())[:1] == ("fabrics",)
 
 
@@ -64,7 +64,7 @@ def per_fabric(lines: Sequence[str]) -> list[str]:
 
 def value(results: Mapping[str, Any], metric: str) -> Any:
     """The value at a dotted path of one fabric's results, or None."""
-    hits = expect.lookup(results, tuple(metric.split(".")))
+    hits = expect_lines.lookup(results, tuple(metric.split(".")))
     if len(hits) != 1 or isinstance(hits[0][1], KeyError):
         return None
     return hits[0][1]
@@ -117,13 +117,13 @@ def rows(fabrics: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 def evaluate(doc: Mapping[str, Any], line: str) -> dict[str, Any]:
     """One `expect:` line on a compare document: a `fabrics.` line once, on the whole of
     it; any other line on each fabric's results (it must hold on all of them)."""
-    e = expect.parse(line)
+    e = expect_lines.parse(line)
     if crosses(line):
-        return expect.evaluate(dict(doc), e)
+        return expect_lines.evaluate(dict(doc), e)
     values: dict[str, Any] = {}
     problems = []
     for label, res in doc["fabrics"].items():
-        got = expect.evaluate(dict(res), e)
+        got = expect_lines.evaluate(dict(res), e)
         values.update({f"fabrics.{label}.{k}": v for k, v in got["values"].items()})
         if not got["ok"]:
             problems.append(f"{label}: {got['problem']}")

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from .. import faults, forwarding, lab, state, workload
-from ..congestion.model import ROCE_TC
 from ..congestion.qos import queue_drops
 from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import ConvergeTimeout, RocelabError, SpecError
 from ..metrics.snapshot import Snapshots, results_block
 from ..plan import Kind, Plan
-from ..spec import LAB_NAME, MAX_LAB_NAME, located, read_yaml
+from ..plan.congestion import ROCE_TC
+from ..spec import LAB_NAME, LAB_RULE, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
 from . import actions, analysis, compare
 from .analysis import COUNTERS
@@ -219,8 +219,7 @@ def fabrics(path: str | Path, name: str | None = None, live: bool = True
         if wanted is not None and (len(wanted) > MAX_LAB_NAME or not re.fullmatch(LAB_NAME, wanted)):
             where = (str(path), "lab") if not name else ("--name", repr(name))  # one line
             raise located(SpecError(where[0], where[1], f"lab {wanted!r} of fabric {label} is not a "
-                                    f"lab name (1-{MAX_LAB_NAME} characters: lowercase letters "
-                                    "and digits, single dashes between them)"), node if not name
+                                    f"lab name: must be {LAB_RULE}"), node if not name
                           else None)
         plan = lab.load_topology(topology, wanted)[1]
         clash = next((f.label for f in out if f.lab == plan.lab), None)

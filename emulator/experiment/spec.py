@@ -13,7 +13,7 @@ from ..errors import SpecError
 from ..roce.dcqcn import CHOICES
 from ..spec import Strict, load_model, located, read_yaml
 from ..units import parse_duration, parse_size, speed_or_zero
-from .expect import parse as parse_expect
+from .expect_lines import parse as parse_expect
 
 FABRIC_LABEL = re.compile(r"^[a-z][a-z0-9]{0,7}$")  # short lowercase words: l2, l3, evpn
 Duration = Annotated[str | float, Field(description="A duration: 500ms, 2s, 1m or seconds.")]

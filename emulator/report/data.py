@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..congestion.model import CNP_TC
 from ..experiment.analysis import rates
+from ..plan.congestion import CNP_TC
 from ..units import Dilation
 
 PLOTS = {  # file -> (title, what it shows)

@@ -20,8 +20,8 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from .. import outfile
-from ..congestion.model import CNP_TC  # noqa: E402
 from ..plan import Plan  # noqa: E402
+from ..plan.congestion import CNP_TC  # noqa: E402
 from .data import PLOTS, ReportData  # noqa: E402
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..congestion.model import ROCE_TC
 from ..experiment.analysis import rates
 from ..experiment.sampler import Sampler, pfc_snapshot
 from ..metrics.collectors import interface
 from ..plan import Plan
+from ..plan.congestion import ROCE_TC
 from .data import binned
 
 SAMPLE_EVERY_S = 0.1

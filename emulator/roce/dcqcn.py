@@ -25,11 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import RocelabError
-from ..units import MAX_SPEED, UnitError, parse_duration, parse_size, speed_or_zero
-
-MAX_PERIOD_S = 1.0  # DCQCN's timers are microseconds to milliseconds at real speed
-
 
 @dataclass(frozen=True)
 class Profile:
@@ -56,70 +51,6 @@ class Profile:
                        increase_timer=self.increase_timer * d, cnp_interval=self.cnp_interval * d,
                        rate_ai=self.rate_ai / d, rate_hai=self.rate_hai / d,
                        min_rate=self.min_rate / d)
-
-
-def _flag(v: object) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError("must be true or false")
-    return v
-
-
-def _rate(v: object) -> float:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < MAX_SPEED:
-        return float(v)  # not inf, not 1e308: the rate is divided and multiplied later
-    if isinstance(v, str) and (bps := speed_or_zero(v)):
-        return float(bps)
-    raise ValueError(f"{v!r} is not a positive rate below 100T like 5M or 40M (bit/s at the real "
-                     "link speed)")
-
-
-def _time(v: object) -> float:
-    try:
-        seconds = parse_duration(v, None, positive=True)  # type: ignore[arg-type]
-    except UnitError:
-        seconds = 0.0
-    if not 0 < seconds <= MAX_PERIOD_S:  # a period of microseconds; x D stays a finite wait
-        raise ValueError(f"{v!r} is not a positive time of at most 1s like 4us, 300us or 1.5ms")
-    return seconds
-
-
-def _bytes(v: object) -> int:
-    try:
-        return parse_size(v, None)  # type: ignore[arg-type]
-    except UnitError:
-        raise ValueError(f"{v!r} is not a positive size like 10MiB or 2MB") from None
-
-
-def _stages(v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100:
-        raise ValueError(f"must be a whole number of stages, 1-100 (got {v!r})")
-    return v
-
-
-def _fraction(v: object) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-        raise ValueError(f"must be a number in (0, 1] (got {v!r})")
-    return float(v)
-
-
-# What a topology may override, and how each value is written (real-speed units).
-OVERRIDES = {"g": _fraction, "alpha_period": _time, "alpha_init": _fraction,
-             "reduce_period": _time, "increase_timer": _time, "byte_counter": _bytes,
-             "rate_ai": _rate, "rate_hai": _rate, "f": _stages, "min_rate": _rate,
-             "cnp_interval": _time, "clamp_target": _flag, "clamp_after_increase": _flag}
-
-
-def parse_overrides(raw: dict[str, object]) -> dict[str, object]:
-    """Profile fields from a topology's `dcqcn.overrides`; RocelabError('key: why') if bad."""
-    out: dict[str, object] = {}
-    for key, value in raw.items():
-        if key not in OVERRIDES:
-            raise RocelabError(f"{key}: not a DCQCN parameter; allowed: {', '.join(OVERRIDES)}")
-        try:
-            out[key] = OVERRIDES[key](value)
-        except ValueError as e:
-            raise RocelabError(f"{key}: {e}") from None
-    return out
 
 
 PROFILES = {

@@ -28,9 +28,9 @@ from pyroute2 import IPRoute
 from emulator import netns
 from emulator.congestion.controller import Controller
 from emulator.congestion.maps import StatsReader
-from emulator.congestion.model import CongestionPlan
 from emulator.paths import NS_TAG_PREFIX, lab_run_dir
 from emulator.plan import Interface, Kind, Link, Node, Plan
+from emulator.plan.congestion import CongestionPlan
 from emulator.spec import Addressing
 
 from .conftest import PREFIX, poll

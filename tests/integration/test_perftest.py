@@ -53,10 +53,12 @@ def test_json_and_all_sizes_duplex(fabric):
 
 
 def test_errors_are_one_line(fabric):
-    res = perftest("write_bw", "--src", "prefill1", check=False)
-    assert res.returncode == ExitCode.ERROR and len(res.stderr.strip().splitlines()) == 1
+    res = perftest("write_bw", "--src", "prefill1", check=False)  # a bad command line, as in docs/cli.md
+    assert res.returncode == ExitCode.USAGE and len(res.stderr.strip().splitlines()) == 1
+    res = perftest("write_bw", "--src", "prefill1", "--dst", "prefill1", check=False)
+    assert res.returncode == ExitCode.USAGE and "same host" in res.stderr
     res = perftest("write_bw", "--src", "prefill1", "--dst", "decode1", "-q", "0", check=False)
-    assert res.returncode != 0 and res.stderr.count("\n") == 1 and "-q" in res.stderr
+    assert res.returncode == ExitCode.USAGE and res.stderr.count("\n") == 1 and "-q" in res.stderr
     res = perftest("bogus_bw", "--src", "prefill1", "--dst", "decode1", check=False)
     assert res.returncode == ExitCode.USAGE and res.stderr.count("\n") == 1
     res = perftest("write_bw", "--src", "nosuch", "--dst", "decode1", check=False)

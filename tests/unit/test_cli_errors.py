@@ -30,6 +30,7 @@ from click.testing import CliRunner
 
 from emulator import paths, state
 from emulator.cli import main
+from emulator.cli.exitcodes import CODES
 from emulator.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,6 +148,19 @@ CASES = [
     cli(f"perftest {FAKE} write_bw --src prefill1 --dst decode1 --tclass 256", USAGE),
     cli(f"perftest {FAKE} write_bw --src prefill1 --dst decode1 --tclass x", USAGE),
     cli(f"perftest {FAKE} write_bw --src prefill1 --dst decode1 --rate_limit -1", USAGE),
+    # issue 25: a missing or conflicting role, one host twice, a negative -n or -D were exit 1
+    # after the lab was looked up; each is a bad command line, refused before root or the lab
+    *(cli(f"perftest {FAKE} write_bw {args}", USAGE) for args in (
+        "--src prefill1", "--dst decode1", "", "--server", "--server --on decode1 --src prefill1",
+        "--on decode1 --src prefill1 --dst decode1", "--src prefill1 --dst prefill1",
+        "--src prefill1 --dst decode1 -n -1", "--src prefill1 --dst decode1 -D -1",
+        "--src prefill1 --dst decode1 -q 0", "--src prefill1 --dst decode1 -q 65",
+        "--src prefill1 --dst decode1 -s 16MiB", "--src prefill1 --dst decode1 -s 1.5",
+        "--src prefill1 --dst decode1 -a -D 2")),
+    cli(f"perftest {FAKE} write_lat --src prefill1 --dst decode1 -b", USAGE),
+    cli(f"perftest {FAKE} write_lat --src prefill1 --dst decode1 -n 3", USAGE),
+    lab(f"perftest {NOLAB} write_bw --src prefill1 --dst decode1", NOT_FOUND),
+    lab(f"perftest {FAKE} write_bw --src nosuchhost --dst decode1", NOT_FOUND),
     # transfer
     lab(f"transfer {NOLAB} --src prefill1 --dst decode1 --size 1MiB", NOT_FOUND),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1", USAGE),
@@ -304,6 +318,7 @@ def test_a_bad_command_line_is_one_line_and_the_documented_code(case, rocelab):
     res = rocelab(case.args)
     want = ExitCode.NOT_ROOT if case.after_root and not IS_ROOT else case.code
     assert_one_error_line(res, want)
+    assert want in CODES[case.command], f"exit {want} is not in {case.command}'s row of cli/exitcodes.py"
     if case.code == NOT_FOUND and want == NOT_FOUND:
         assert case.args[1] in res.stderr, res.stderr  # says in which lab it looked
 

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from emulator import paths, state
 from emulator.cli import main
+from emulator.cli.exitcodes import CODES
 from emulator.errors import ExitCode
 
 EXAMPLES = int(os.environ.get("ROCELAB_FUZZ_EXAMPLES", "150"))
@@ -166,6 +167,8 @@ def check(argv: list[str], code: int, stderr: str, escaped: str = "") -> None:
     assert not escaped, f"rocelab {shown}: an exception escaped the CLI:\n{escaped}"
     assert "Traceback" not in stderr, f"rocelab {shown}: a traceback:\n{stderr}"
     assert code in DOCUMENTED, f"rocelab {shown}: exit {code}, not in the table: {stderr}"
+    assert argv[0] not in CODES or code in CODES[argv[0]], (
+        f"rocelab {shown}: exit {code}, not in {argv[0]}'s row of cli/exitcodes.py: {stderr}")
     if code != ExitCode.OK:
         lines = stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("rocelab: error: "), (

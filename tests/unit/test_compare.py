@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emulator.errors import ExitCode, RocelabError, SpecError
-from emulator.experiment import compare, expect, runner, traffic
+from emulator.experiment import compare, expect_lines, runner, traffic
 from emulator.experiment.analysis import FlowRecord, flow_summary, interruption, summary
 from emulator.experiment.spec import load, load_fabrics
 from emulator.lab import load_topology
@@ -120,34 +120,34 @@ DOC = {"fabrics": {"l2": {"flows": [{"name": "kv1", "interruption_s": 12.0}], "o
     ("fabrics.l2.flows.kv1.interruption_s > 2 * fabrics.l9.flows.kv1.interruption_s", False),
 ])
 def test_a_value_compared_with_another_path(line, ok):
-    got = expect.evaluate(DOC, expect.parse(line))
+    got = expect_lines.evaluate(DOC, expect_lines.parse(line))
     assert got["ok"] is ok, got
 
 
 def test_a_failed_comparison_shows_both_sides_and_a_missing_one_says_so():
-    got = expect.evaluate(DOC, expect.parse(
+    got = expect_lines.evaluate(DOC, expect_lines.parse(
         "fabrics.l2.flows.kv1.interruption_s >= 100 * fabrics.l3.flows.kv1.interruption_s"))
     assert got["values"] == {"fabrics.l2.flows.kv1.interruption_s": 12.0,
                              "fabrics.l3.flows.kv1.interruption_s": 0.2}
     assert got["problem"] == ("fabrics.l2.flows.kv1.interruption_s = 12.0 (against 100 x "
                               "fabrics.l3.flows.kv1.interruption_s = 20)")
-    missing = expect.evaluate(DOC, expect.parse("fabrics.l2.ok == fabrics.l9.ok"))
+    missing = expect_lines.evaluate(DOC, expect_lines.parse("fabrics.l2.ok == fabrics.l9.ok"))
     assert missing["problem"] == "no value at fabrics.l9" and not missing["ok"]
-    none = expect.evaluate({"a": {"x": 1.0}, "b": {"x": None}}, expect.parse("a.x > 2 * b.x"))
+    none = expect_lines.evaluate({"a": {"x": 1.0}, "b": {"x": None}}, expect_lines.parse("a.x > 2 * b.x"))
     assert not none["ok"]  # a value missing in one run: a failure, not a crash
 
 
 @pytest.mark.parametrize("line, literal", [("flows.p1.op == write", "write"),
                                            ("steady.jain >= 0.9", 0.9), ("x.y == 1.5", 1.5)])
 def test_literals_stay_literals(line, literal):
-    e = expect.parse(line)
+    e = expect_lines.parse(line)
     assert (e.ref, e.value) == (None, literal)
 
 
 @pytest.mark.parametrize("bad", ["a.b > 2 * c.*.d", "a.b > 5 * c.d + 1", "a.b > c.d * 2"])
 def test_a_compared_path_names_one_value_and_there_is_no_other_arithmetic(bad):
     with pytest.raises(ValueError, match=r"\[NUMBER \*\] PATH"):
-        expect.parse(bad)
+        expect_lines.parse(bad)
 
 
 # -- measurements of every run --------------------------------------------------------------

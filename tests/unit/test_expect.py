@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from emulator.errors import ExitCode
-from emulator.experiment import expect
+from emulator.experiment import expect_lines
 from emulator.experiment.analysis import verdict
 
 RESULTS = {
@@ -35,25 +35,25 @@ RESULTS = {
 def test_lines_hold_or_not(line, ok):
     if line.endswith("> phases"):
         with pytest.raises(ValueError, match="needs a number"):
-            expect.parse(line)
+            expect_lines.parse(line)
         return
-    assert expect.evaluate(RESULTS, expect.parse(line))["ok"] is ok
+    assert expect_lines.evaluate(RESULTS, expect_lines.parse(line))["ok"] is ok
 
 
 def test_a_failure_names_the_value_and_a_missing_path_says_so():
-    res = expect.evaluate(RESULTS, expect.parse("flows.*.handoff_p99_s < 2"))
+    res = expect_lines.evaluate(RESULTS, expect_lines.parse("flows.*.handoff_p99_s < 2"))
     assert res["values"] == {"flows.p1.handoff_p99_s": 1.5, "flows.p2.handoff_p99_s": 2.5}
     assert res["problem"] == "flows.p2.handoff_p99_s = 2.5"
-    missing = expect.evaluate(RESULTS, expect.parse("flows.p9.integrity_ok"))
+    missing = expect_lines.evaluate(RESULTS, expect_lines.parse("flows.p9.integrity_ok"))
     assert not missing["ok"] and missing["problem"] == "no value at flows.p9"
-    none = expect.evaluate({"steady": {"jain": None}}, expect.parse("steady.jain >= 0.9"))
+    none = expect_lines.evaluate({"steady": {"jain": None}}, expect_lines.parse("steady.jain >= 0.9"))
     assert not none["ok"]  # no steady state in this run: not a crash, a failure
 
 
 @pytest.mark.parametrize("bad", ["", "jain >=", "a b c", "x =! 1", "x < soon"])
 def test_bad_lines_are_refused_saying_what_is_allowed(bad):
     with pytest.raises(ValueError, match=r"PATH \[OP VALUE\]|needs a number"):
-        expect.parse(bad)
+        expect_lines.parse(bad)
 
 
 def _results(**changes):
@@ -82,10 +82,10 @@ def test_shipped_experiments_state_their_expectations_and_the_incast_meets_them(
     wrote = json.loads((Path(__file__).parent / "fixtures" / "experiment" / "incast-results.json")
                        .read_text())  # a real incast run's results
     for line in exp.expect:
-        assert expect.evaluate(wrote, expect.parse(line))["ok"], line
+        assert expect_lines.evaluate(wrote, expect_lines.parse(line))["ok"], line
 
 
 def test_numbers_as_python_reads_them():
-    assert expect.parse("flows.f1.goodput_bps > 1e15").value == 1e15
-    assert expect.parse("lossless_drops == 0").value == 0
-    assert expect.parse("steady.jain == null").value is None
+    assert expect_lines.parse("flows.f1.goodput_bps > 1e15").value == 1e15
+    assert expect_lines.parse("lossless_drops == 0").value == 0
+    assert expect_lines.parse("steady.jain == null").value is None

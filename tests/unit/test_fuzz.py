@@ -20,7 +20,7 @@ from emulator.errors import RocelabError
 from emulator.experiment import runner
 from emulator.experiment.spec import Experiment
 from emulator.lab import load_topology
-from emulator.roce.dcqcn import OVERRIDES
+from emulator.plan.congestion import OVERRIDES
 from emulator.spec import validate
 
 EXAMPLES = int(os.environ.get("ROCELAB_FUZZ_EXAMPLES", "150"))

@@ -7,6 +7,7 @@ import jsonschema
 import pytest
 
 from emulator.errors import SpecError
+from emulator.names import is_lab_name, is_node_name
 from emulator.plan import compile_plan
 from emulator.spec import json_schema, parse
 
@@ -48,6 +49,26 @@ def test_the_schema_carries_the_reserved_ranges():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, schema)
     jsonschema.validate({"name": "lab", "asn": {"overrides": {"leaf1": 64512}}}, schema)
+
+
+@pytest.mark.parametrize("name", ["lab", "clos-2x4", "a" * 15 + "-x", "a-b-c", "x" * 24,
+                                  "", "Lab", "1lab", "lab-", "a--b", "lab/x", "lab\n",
+                                  "a" * 16, "a-" + "b" * 22, "lab.x"])
+def test_the_schema_says_what_the_lab_name_rule_says(name):
+    # names.py is the one rule: the validator and `rocelab schema` must agree on every name
+    schema = json_schema()
+    valid = jsonschema.Draft202012Validator(schema).is_valid({"name": name})
+    assert valid == is_lab_name(name)
+
+
+@pytest.mark.parametrize("node, ok", [("leaf1", True), ("x", True), ("abcdefghijkl", True),
+                                      ("abcdefghijklm", False), ("Leaf1", False),
+                                      ("1leaf", False), ("leaf-1", False), ("", False)])
+def test_the_schema_says_what_the_node_name_rule_says(node, ok):
+    schema = json_schema()
+    doc = {"name": "lab", "nodes": {node: {"kind": "leaf"}}, "links": []}
+    assert jsonschema.Draft202012Validator(schema).is_valid(doc) is ok
+    assert is_node_name(node) is ok
 
 
 NAN, INF = float("nan"), float("inf")
@@ -129,3 +150,9 @@ def test_a_renamed_big_fabric_numbers_its_leaves_as_the_file_does():
     _, plan, _ = load_topology("tests/fixtures/too-big.yaml", name="renamed")
     leaves = [n for n in plan.nodes if n.kind.value == "leaf"]
     assert leaves[0].asn == 4200000000
+
+
+def test_an_explicit_fabric_without_nodes_is_one_line_error():
+    # nodes: {} once crashed planning ("max() arg is an empty sequence") before this check
+    problem = one_line_error(lambda: plan_of({"name": "lab", "nodes": {}, "links": []}))
+    assert "nodes: must name at least one node" in problem

@@ -18,9 +18,9 @@ from typing import Any
 
 from ...congestion import libbpf
 from ...congestion.maps import MAX_PORTS, NTC, STAT, STAT_FIELDS
-from ...congestion.model import TCS
 from ...paths import lab_run_dir
 from ...plan import Plan
+from ...plan.congestion import TCS
 from ..model import Families, Family, Histogram, Kind, Source
 
 NAME = "dataplane"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...congestion.model import TCS
 from ...congestion.qos import classid
 from ...plan import Plan
+from ...plan.congestion import TCS
 from .. import netlink
 from ..model import Families, Family, Kind, Source
 

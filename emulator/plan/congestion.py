@@ -1,10 +1,14 @@
 """Resolve a topology's `congestion:` section into numbers (pure, part of the plan).
 
-Time dilation: a link declared at `speed` is shaped at speed / D, and every
-protocol timer is multiplied by D, while buffers and thresholds stay in
-bytes. Bandwidth x time = bytes is invariant, so queues fill and drain
-exactly as they would at full speed, only D times slower. Every duration
-is reported both as measured (wall) and real-equivalent (wall / D).
+Time dilation: a link declared at `speed` is shaped at speed / D, and DCQCN's
+timers are multiplied by D (its rate steps divided by D), while buffers and
+thresholds stay in bytes. BGP, BFD and STP timers are rendered as the topology
+gives them, not dilated. Bandwidth x time = bytes is invariant, so queues fill
+and drain exactly as they would at full speed, only D times slower. Every
+duration is reported both as measured (wall) and real-equivalent (wall / D).
+
+Also the grammar of `dcqcn.overrides` (what a topology may change of a DCQCN
+profile, in real-speed units); the profiles themselves are roce/dcqcn.py's.
 """
 
 from __future__ import annotations
@@ -13,9 +17,8 @@ import math
 from dataclasses import dataclass
 
 from ..errors import RocelabError, SpecError
-from ..roce.dcqcn import parse_overrides
 from ..spec import Topology
-from ..units import parse_size, parse_speed
+from ..units import MAX_SPEED, UnitError, parse_duration, parse_size, parse_speed, speed_or_zero
 
 ROCE_TC = 3  # lossless, PFC
 CNP_TC = 6  # served first
@@ -126,3 +129,72 @@ def _check(source: str, sizes: dict[str, int], c, switches: set[str], hosts: set
             if name not in pool:
                 raise SpecError(source, f"congestion.{field}",
                                 f"no such node {name!r}; allowed: {', '.join(sorted(pool))}")
+
+
+# -- dcqcn.overrides: profile fields a topology may change ----------------------
+
+MAX_PERIOD_S = 1.0  # DCQCN's timers are microseconds to milliseconds at real speed
+
+
+def _flag(v: object) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError("must be true or false")
+    return v
+
+
+def _rate(v: object) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < MAX_SPEED:
+        return float(v)  # not inf, not 1e308: the rate is divided and multiplied later
+    if isinstance(v, str) and (bps := speed_or_zero(v)):
+        return float(bps)
+    raise ValueError(f"{v!r} is not a positive rate below 100T like 5M or 40M (bit/s at the real "
+                     "link speed)")
+
+
+def _time(v: object) -> float:
+    try:
+        seconds = parse_duration(v, None, positive=True)  # type: ignore[arg-type]
+    except UnitError:
+        seconds = 0.0
+    if not 0 < seconds <= MAX_PERIOD_S:  # a period of microseconds; x D stays a finite wait
+        raise ValueError(f"{v!r} is not a positive time of at most 1s like 4us, 300us or 1.5ms")
+    return seconds
+
+
+def _bytes(v: object) -> int:
+    try:
+        return parse_size(v, None)  # type: ignore[arg-type]
+    except UnitError:
+        raise ValueError(f"{v!r} is not a positive size like 10MiB or 2MB") from None
+
+
+def _stages(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100:
+        raise ValueError(f"must be a whole number of stages, 1-100 (got {v!r})")
+    return v
+
+
+def _fraction(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise ValueError(f"must be a number in (0, 1] (got {v!r})")
+    return float(v)
+
+
+# What a topology may override, and how each value is written (real-speed units).
+OVERRIDES = {"g": _fraction, "alpha_period": _time, "alpha_init": _fraction,
+             "reduce_period": _time, "increase_timer": _time, "byte_counter": _bytes,
+             "rate_ai": _rate, "rate_hai": _rate, "f": _stages, "min_rate": _rate,
+             "cnp_interval": _time, "clamp_target": _flag, "clamp_after_increase": _flag}
+
+
+def parse_overrides(raw: dict[str, object]) -> dict[str, object]:
+    """Profile fields from a topology's `dcqcn.overrides`; RocelabError('key: why') if bad."""
+    out: dict[str, object] = {}
+    for key, value in raw.items():
+        if key not in OVERRIDES:
+            raise RocelabError(f"{key}: not a DCQCN parameter; allowed: {', '.join(OVERRIDES)}")
+        try:
+            out[key] = OVERRIDES[key](value)
+        except ValueError as e:
+            raise RocelabError(f"{key}: {e}") from None
+    return out
