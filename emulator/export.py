@@ -236,6 +236,15 @@ def _refuse(out: Path, why: str) -> RocelabError:
                         "rocelab export (nothing was changed)")
 
 
+def _read_clab(out: Path, clab_file: Path) -> tuple[set[str], str]:
+    """The node names and the lab name of an earlier export's clab file."""
+    try:
+        data = yaml.safe_load(clab_file.read_text())
+        return set(data["topology"]["nodes"]), str(data["name"])
+    except (yaml.YAMLError, KeyError, TypeError):
+        raise _refuse(out, f"its {clab_file.name} is not a containerlab topology") from None
+
+
 def earlier_export(out: Path) -> list[Path]:
     """The files an earlier `rocelab export` left in `out` (its clab file first); [] if empty.
 
@@ -256,12 +265,7 @@ def earlier_export(out: Path) -> list[Path]:
         raise _refuse(out, f"not empty ({first}) and not a rocelab export (no <lab>.clab.yml "
                       "written by rocelab)" if not ours else "holds more than one rocelab clab file")
     clab_file = ours[0]
-    try:
-        data = yaml.safe_load(clab_file.read_text())
-        nodes = set(data["topology"]["nodes"])
-        lab = str(data["name"])
-    except (yaml.YAMLError, KeyError, TypeError):
-        raise _refuse(out, f"its {clab_file.name} is not a containerlab topology") from None
+    nodes, lab = _read_clab(out, clab_file)
     owned, foreign = [clab_file], []
     for entry in sorted(out.iterdir()):
         if entry == clab_file or (entry.name == f"clab-{lab}" and entry.is_dir()
