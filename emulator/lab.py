@@ -33,12 +33,12 @@ from typing import Any
 from . import converge, estimate, frr, neighbours, netns, rundirs, state, validate_block
 from .congestion.launch import start_controller
 from .errors import LabExistsError, NotRootError, RocelabError, SpecError
+from .hosts import boot as boot_hosts
 from .names import check_lab
 from .paths import lab_run_dir, own_run_dir
 from .plan import Plan, compile_plan
 from .realize import realize
 from .render import Rendered, render
-from .rxe import hosts as rxe_hosts
 from .spec import Topology, load, located, parse, read_yaml
 
 Progress = Callable[[str], None]
@@ -176,7 +176,7 @@ def up(path: str | Path | Mapping[str, Any], name: str | None = None, timeout_s:
         marks["daemons_started"] = time.monotonic()
         converge.wait(plan, timeout_s, progress, marks)
         # rxe hosts' guests take the hosts' addresses over once routing is verified
-        record["rxe"] = rxe_hosts.boot_all(plan, undo, progress)
+        record["rxe"] = boot_hosts(plan, undo, progress)
         timings = _timings(marks)
         if record["rxe"]:
             timings["rxe_boot_s"] = round(time.monotonic() - marks["verified"], 3)

@@ -13,15 +13,15 @@ from typing import Any
 
 from ..engine import client as engines
 from ..errors import EngineError
+from ..hosts import kind_of
 from ..plan import Node, Plan
-from ..spec import HostKind
 from .session import Options
 
 SERVER_WAIT_S = 600.0
 
 
 def is_engine_host(host: Node) -> bool:
-    return host.host_kind is HostKind.ENGINE
+    return kind_of(host).engine
 
 
 def path_mtu(host: Node) -> int:
