@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from ..errors import ExitCode
+from ..metrics.snapshot import PortSample
 from ..plan import Plan
 from ..plan.congestion import ROCE_TC
 from ..units import Dilation, parse_duration
@@ -109,7 +110,7 @@ def convergence_time(flow_series: dict[str, Sequence[tuple[float, float]]], star
     return None if first_ok is None else first_ok - start
 
 
-def port_steady(port: dict, t0: float, t1: float, rate_bps: float) -> dict[str, float]:
+def port_steady(port: PortSample, t0: float, t1: float, rate_bps: float) -> dict[str, float]:
     """Utilisation and queue depth of one sampled (port, TC) within [t0, t1].
 
     Utilisation counts every byte the port sent (headers too) against the
@@ -123,7 +124,7 @@ def port_steady(port: dict, t0: float, t1: float, rate_bps: float) -> dict[str, 
             "queue_max": max(q, default=0)}
 
 
-def bottleneck(ports: Sequence[dict], t0: float, t1: float, rate_bps: float,
+def bottleneck(ports: Sequence[PortSample], t0: float, t1: float, rate_bps: float,
                tc: int) -> dict | None:
     """The busiest port of class `tc` over the steady window, with its queue."""
     best = None
@@ -194,7 +195,7 @@ class Results(TypedDict):
     link_rate_bps: int | None  # the shaped rate; None on an unshaped lab
     declared_speed_bps: int  # the topology's link speed
     flows: list[FlowSummary]
-    ports: list[dict[str, Any]]  # sampled (node, port, TC) series
+    ports: list[PortSample]  # sampled (node, port, TC) series
     events: list[dict[str, Any]]  # timeline actions as done (faults: their events)
     steady: dict[str, Any]  # from_s, to_s, rates_bps, jain, bottleneck
     pfc: dict[str, Any]  # pauses, reaction_us_p50/p99, paused_s
@@ -235,7 +236,7 @@ class FlowRecord:
             else None
 
 
-def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[dict],
+def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[PortSample],
               events: list[dict], pfc0: dict, pfc1: dict,
               lossless_drops: int | None, counters: traffic.Recording | None = None,
               measured: dict[str, Any] | None = None,
@@ -333,7 +334,7 @@ def verdict(results: Results) -> tuple[ExitCode, str]:
 
 
 def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str, Series],
-          ports: list[dict]) -> dict[str, Any]:
+          ports: list[PortSample]) -> dict[str, Any]:
     """A window from the first start to the last end of `members`: every flow's mean rate
     while it ran inside the window, and the pause frames sent in it."""
     last = max((s[-1][0] for s in series.values() if s), default=0.0)
