@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, RocelabError
-from ..metrics.model import TRANSFER_BUCKETS, Histogram
+from ..histogram import TRANSFER_BUCKETS, Histogram
 from ..perftest.session import Options
 from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
