@@ -5,11 +5,11 @@ import json
 import click
 
 from .. import lab, state, workload
+from ..engine import perftest_client as remote
 from ..errors import RocelabError
-from ..perftest import remote
+from ..perftest.exchange import Test
 from ..perftest.report import MB
 from ..perftest.session import Options
-from ..perftest.wire import Test
 from ..units import Dilation, parse_size
 from .names import LAB, NODE
 
