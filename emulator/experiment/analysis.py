@@ -235,7 +235,8 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
     steady_rates = {n: mean_rate(s, steady0, steady1) for n, s in series.items()}
     if steady1 <= steady0:  # a flow ended before steady_after: no common steady state
         steady_rates = {}
-    reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
+    reactions = pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):]
+    reaction_p50, reaction_p99 = p50_p99(reactions, 1)
     out: Results = {
         "experiment": exp.name, "lab": plan.lab, "dilation": plan.dilation,
         "link_rate_bps": cp.rate_of(plan.speed_bps) if cp else None,
@@ -247,8 +248,7 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
                    "bottleneck": bottleneck(ports, steady0, steady1, cp.rate_of(plan.speed_bps), ROCE_TC)
                    if cp else None},
         "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
-                "reaction_us_p50": _pct(reactions, 50),
-                "reaction_us_p99": _pct(reactions, 99),
+                "reaction_us_p50": reaction_p50, "reaction_us_p99": reaction_p99,
                 "paused_s": paused_between(pfc0, pfc1)},
         "phases": {name: phase(members, flow_out, series, ports)
                    for name, members in exp.phases.items()},
@@ -340,10 +340,6 @@ def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str,
     pauses = sum(bytes_between(p["series"].get("pause_tx", []), t0, t1) for p in ports)
     return {"from_s": t0, "to_s": t1, "rates_bps": rates_in, "handoffs": handoffs,
             "pauses": round(pauses)}
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return round(percentile(values, q), 1) if values else None
 
 
 def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
