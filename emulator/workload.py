@@ -18,10 +18,10 @@ from typing import Any
 
 from .engine.job import Job, TransferResult
 from .errors import NodeNotFoundError, RocelabError, TooLongError
-from .experiment.analysis import percentile
 from .hosts import ensure, for_pair, kind_of
 from .plan import Kind, Node, Plan
 from .spec import Role
+from .stats import p50_p99
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc", "access_errors")
@@ -161,11 +161,11 @@ def summarize(results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     handoffs = [r["handoff_s"] for r in results]
     total_bytes = sum(r["bytes"] for r in results)
     spines = Counter(q["spine"] for r in results for q in r["qps"])
+    p50, p99 = p50_p99(handoffs, 6)
     return {
         "transfers": len(results), "bytes": total_bytes, "wall_s": round(wall_s, 6),
         "goodput_gbps": round(total_bytes * 8 / max(wall_s, 1e-9) / 1e9, 4),
-        "handoff_p50_s": round(percentile(handoffs, 50), 6),
-        "handoff_p99_s": round(percentile(handoffs, 99), 6),
+        "handoff_p50_s": p50, "handoff_p99_s": p99,
         "handoff_max_s": round(max(handoffs), 6),
         "handoff_mean_s": round(statistics.fmean(handoffs), 6),
         "integrity_ok": all(r["integrity_ok"] for r in results),

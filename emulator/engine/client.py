@@ -91,22 +91,36 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
     initiator, peer = (src, dst) if job.op is Op.WRITE else (dst, src)
     job = dataclasses.replace(job, extra={"flow": f"{src.name}->{dst.name}", **job.extra,
                                           "src": src.name, "dst": dst.name})
-    with _connect(sock_path(plan, initiator)) as ch:
-        ch.send({"cmd": "transfer", "job": job.to_json(), "peer_ip": peer.address})
-        while True:
-            msg = ch.recv()
-            event = msg.pop("event", None)
-            if event == "progress" and progress:
-                progress(msg["bytes"], msg["total"], msg.get("sent", msg["bytes"]))
-            elif event == "result":
-                break
-            elif event == "error":
-                raise EngineError(f"{initiator.name}: {msg['error']}")
+
+    def on_event(event: str, msg: dict[str, Any]) -> None:
+        if event == "progress" and progress:
+            progress(msg["bytes"], msg["total"], msg.get("sent", msg["bytes"]))
+
+    msg = call(plan, initiator, {"cmd": "transfer", "job": job.to_json(),
+                                 "peer_ip": peer.address}, on_event)
     for i, qp in enumerate(msg["qps"]):  # QP i on rail i: NIC i mod NICs at each end
         rail = i % len(src.addresses) if len(src.addresses) > 1 else None
         qp["rail"] = rail
         qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"], rail=rail)
     return TransferResult(**msg, src=src.name, dst=dst.name)
+
+
+def call(plan: Plan, host: Node, msg: dict[str, Any],
+         on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Send one command to `host`'s engine and read its replies until the result, which
+    is returned (without its "event"); interim events (progress, armed) go to
+    `on_event(event, reply)`; an error reply raises EngineError naming the host."""
+    with _connect(sock_path(plan, host)) as ch:
+        ch.send(msg)
+        while True:
+            reply = ch.recv()
+            event = reply.pop("event", None)
+            if event == "result":
+                return reply
+            if event == "error":
+                raise EngineError(f"{host.name}: {reply['error']}")
+            if on_event and event:
+                on_event(event, reply)
 
 
 def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:

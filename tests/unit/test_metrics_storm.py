@@ -22,17 +22,11 @@ from emulator.congestion.controller import Controller
 from emulator.engine.job import Job, Op, flow_of
 from emulator.errors import RocelabError
 from emulator.experiment import actions
+from emulator.histogram import PFC_REACTION_BUCKETS, TRANSFER_BUCKETS, Histogram
 from emulator.metrics.collectors import events
 from emulator.metrics.collectors.dataplane import _pfc
 from emulator.metrics.exporter import Listen, exposition, reference_exposition, serve
-from emulator.metrics.model import (
-    PFC_REACTION_BUCKETS,
-    TRANSFER_BUCKETS,
-    Families,
-    Family,
-    Histogram,
-    Kind,
-)
+from emulator.metrics.model import Families, Family, Kind
 from emulator.metrics.scrape import build, load_capture
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
