@@ -12,7 +12,7 @@ from emulator import estimate, hosts, netns, workload
 from emulator.errors import RocelabError
 from emulator.hosts import engine, rxe
 from emulator.metrics.collectors import BY_NAME
-from emulator.perftest.remote import is_engine_host
+from emulator.hosts.perftest import is_engine_host
 from emulator.plan import compile_plan
 from emulator.rxe import guest
 from emulator.rxe import hosts as guests
