@@ -25,8 +25,8 @@ from . import netns, rundirs
 from .errors import FrrConfigError, RealizeError, RocelabError
 from .paths import FRR_BIN_DIR, lab_run_dir, node_run_dir
 from .plan import Node, Plan
+from .procs import base_env
 from .render import Rendered, UserConfig, daemons_for
-from .state import base_env
 
 FRR_USER = "frr"
 ZSERV = "zserv.api"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import state
+from .. import procs, state
 from ..paths import lab_run_dir, node_run_dir
 from ..plan import Node, Plan
 from ..spec import HostKind
@@ -86,7 +86,7 @@ def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict
         raise failed[0] if isinstance(failed[0], VmError) else VmError(str(failed[0]))
     progress(f"rxe guests up in {time.monotonic() - t0:.1f} s")
     return {vm.name: {"pid": vm.pid or 0, "boot_s": round(vm.boot_s or 0.0, 2),
-                      "rss_mib": round((state.rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
+                      "rss_mib": round((procs.rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
 
 
 def running(lab: str) -> dict[str, int]:
