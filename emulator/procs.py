@@ -5,7 +5,7 @@ the storm watchdog, the metrics exporter) starts through `start`: the lab's tag
 in a minimal environment (`base_env`), a umask that keeps its files root's only,
 optionally inside a namespace, stdout and stderr to a log of its own, in a session
 of its own (a Ctrl-C at the terminal is for the command, not for it). `wait_ready`
-then polls a readiness probe (a file appears, a line is printed, any callable)
+then polls a readiness probe (a file appears, or any callable)
 against a deadline; if the process exits first or the time runs out, it is killed
 by PID and the error says what was waited for and shows the log's last lines.
 
@@ -52,16 +52,6 @@ class Ready:
 
 def file_appears(path: Path) -> Ready:
     return Ready(f"{path.name} to appear", path.exists)
-
-
-def line_printed(log: Path, text: str) -> Ready:
-    def printed() -> bool:
-        try:
-            return text in log.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return False
-
-    return Ready(f"{text!r} in {log.name}", printed)
 
 
 @dataclass

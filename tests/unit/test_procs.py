@@ -54,12 +54,14 @@ def test_a_helper_carries_the_tag_and_is_ready_when_its_file_appears(tmp_path, s
     assert gone(helper.pid)
 
 
-def test_start_ready_waits_for_a_printed_line(tmp_path):
+def test_start_ready_returns_it_once_a_callable_probe_says_so(tmp_path):
     log = tmp_path / "w.log"
-    helper = procs.start_ready(LAB, python("import time; print('armed', flush=True); time.sleep(60)"),
-                               procs.line_printed(log, "armed"), 10, name="the watchdog", log=log)
+    helper = procs.start_ready(
+        LAB, python("import time; print('armed', flush=True); time.sleep(60)"),
+        procs.Ready("'armed' in w.log", lambda: "armed" in log.read_text()), 10,
+        name="the watchdog", log=log)
     try:
-        assert "armed" in log.read_text()
+        assert procs.process_tag(helper.pid) == LAB
     finally:
         helper.stop()
 
