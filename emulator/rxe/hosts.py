@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 
-from .. import netns, state
+from .. import netns, procs, state
 from ..paths import lab_run_dir, node_run_dir
 from ..plan import Node, Plan
 from . import guest
@@ -82,7 +82,7 @@ def boot_all(plan: Plan, hosts: list[Node], undo: contextlib.ExitStack,
         raise VmError(str(e)) from e
     progress(f"rxe guests up in {time.monotonic() - t0:.1f} s")
     return {vm.name: {"pid": vm.pid or 0, "boot_s": round(vm.boot_s or 0.0, 2),
-                      "rss_mib": round((state.rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
+                      "rss_mib": round((procs.rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
 
 
 def running(lab: str) -> dict[str, int]:

@@ -11,8 +11,8 @@ import pytest
 from emulator import estimate, hosts, netns, workload
 from emulator.errors import RocelabError
 from emulator.hosts import engine, rxe
-from emulator.metrics.collectors import BY_NAME
 from emulator.hosts.perftest import is_engine_host
+from emulator.metrics.collectors import BY_NAME
 from emulator.plan import compile_plan
 from emulator.rxe import guest
 from emulator.rxe import hosts as guests
