@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from . import bridge, evpn, netns, rtnl
+from . import bridge, evpn, netns, rtnl, waiting
 from .errors import ConvergeTimeout, RocelabError
 from .frr import vtysh_json
 from .plan import Kind, Node, Plan
@@ -303,20 +303,20 @@ def wait_heard(plan: Plan, links: list[tuple[str, str]], since: float, timeout_s
     """
     ends = [(a, b) for a, b in links if plan.node(a).is_router and plan.node(b).is_router]
     ends += [(b, a) for a, b in ends]
-    deadline = time.monotonic() + timeout_s
-    while ends:
+
+    def all_heard() -> bool:
         neighbors = {}  # one vtysh query per node and round, however many of its links healed
         for a in dict.fromkeys(a for a, _ in ends):
             data = vtysh_json(plan.lab, a, "show bgp neighbors json", daemon="bgpd")
             neighbors[a] = data if isinstance(data, dict) else {}
         elapsed = time.monotonic() - since
-        ends = [(a, b) for a, b in ends
-                if not heard_since(_neighbor(neighbors[a], plan.node(a), b), elapsed)]
-        if ends and time.monotonic() >= deadline:
-            raise ConvergeTimeout("BGP has not heard its peer since the heal on "
-                                  + ", ".join(f"{a}->{b}" for a, b in ends))
-        if ends:
-            time.sleep(0.2)
+        ends[:] = [(a, b) for a, b in ends
+                   if not heard_since(_neighbor(neighbors[a], plan.node(a), b), elapsed)]
+        return not ends
+
+    waiting.wait_until(all_heard, timeout_s, 0.2, error=ConvergeTimeout,
+                       what="BGP has not heard its peer since the heal",
+                       seen=lambda: "on " + ", ".join(f"{a}->{b}" for a, b in ends))
 
 
 def check_reach_hosts(hosts: list[Node], pairs: list[tuple[str, str]] | None = None,
@@ -334,10 +334,11 @@ def check_reach(plan: Plan, timeout_s: float = 1.0,
 
 def wait(plan: Plan, timeout_s: float, progress: Progress, marks: dict[str, float]) -> None:
     """Poll fib -> bgp -> reach until all pass; record when each first passed in `marks`."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s  # the reach check gets what is left, up to 2 s
     last: list[CheckResult] = []
-    while time.monotonic() < deadline:
-        last = fabric_checks(plan)
+
+    def verified() -> bool:
+        last[:] = fabric_checks(plan)
         if all(c.ok for c in last):
             marks.setdefault("bgp_converged", time.monotonic())
             progress(f"{'spanning tree' if plan.fabric is FabricMode.L2 else 'routing'} "
@@ -345,8 +346,10 @@ def wait(plan: Plan, timeout_s: float, progress: Progress, marks: dict[str, floa
             last.append(check_reach(plan, min(2.0, max(0.2, deadline - time.monotonic()))))
             if last[-1].ok:
                 marks["verified"] = time.monotonic()
-                return
+                return True
         progress(" | ".join(c.summary() for c in last))
-        time.sleep(POLL_S)
-    raise ConvergeTimeout(f"lab {plan.lab} did not converge within {timeout_s:.0f} s: "
-                          + " | ".join(c.summary() for c in last if not c.ok))
+        return False
+
+    waiting.wait_until(verified, timeout_s, POLL_S, what=f"lab {plan.lab} did not converge",
+                       seen=lambda: " | ".join(c.summary() for c in last if not c.ok),
+                       error=ConvergeTimeout)

@@ -8,6 +8,9 @@ and after `up`; `make bench`, section scale, re-measures it and prints estimate 
     router    8 MB   zebra, bgpd, staticd (bfdd) before any peer
     session   1 MB   each BGP session end: bgpd's per-peer buffers and adj-RIB
     namespace 2 MB   a namespace with its veth ends, sysctls and FIB
+    host kind        what `up` starts for each host of its kind (emulator/hosts/): an
+                     rxe host's QEMU guest (512 MB), nothing for an engine host (its
+                     engine starts on its first transfer)
 
 It errs high, never low, in `make bench` (section scale): 1.14 x the measured memory on the
 132-router fabric, 1.19 x at 80 routers, 1.35 x at 32 and 2.4 x at 8 (where the fixed
@@ -20,6 +23,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from .errors import HostLimitError
+from .hosts import kind_of
 from .plan import Plan
 from .render import daemons_for
 
@@ -36,7 +40,7 @@ class Estimate:
     links: int
     routers: int
     hosts: int
-    processes: int  # FRR daemons (+1: the dataplane controller on a shaped lab)
+    processes: int  # FRR daemons (+1: the dataplane controller on a shaped lab), rxe guests
     bgp_sessions: int  # session ends: two per fabric link on a routed fabric
     memory_mb: int
 
@@ -60,9 +64,11 @@ def estimate(plan: Plan) -> Estimate:
     """The lab's size and memory (pure)."""
     routers = plan.frr_nodes
     sessions = sum(1 for r in routers for i in r.interfaces if i.fabric)
-    processes = sum(len(daemons_for(plan, r)) for r in routers) + (1 if plan.congestion else 0)
+    kinds = [kind_of(h) for h in plan.hosts]
+    processes = (sum(len(daemons_for(plan, r)) for r in routers) + (1 if plan.congestion else 0)
+                 + sum(k.boot_processes for k in kinds))
     memory = (FIXED_MB + ROUTER_MB * len(routers) + SESSION_MB * sessions
-              + NAMESPACE_MB * len(plan.nodes))
+              + NAMESPACE_MB * len(plan.nodes) + sum(k.boot_memory_mb for k in kinds))
     return Estimate(len(plan.nodes), len(plan.links), len(plan.routers), len(plan.hosts),
                     processes, sessions, round(memory))
 

@@ -25,8 +25,9 @@ from . import netns, rundirs
 from .errors import FrrConfigError, RealizeError, RocelabError
 from .paths import FRR_BIN_DIR, lab_run_dir, node_run_dir
 from .plan import Node, Plan
+from .procs import base_env
 from .render import Rendered, UserConfig, daemons_for
-from .state import base_env
+from .waiting import wait_until
 
 FRR_USER = "frr"
 ZSERV = "zserv.api"
@@ -111,8 +112,8 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
         proc = _spawn(plan, node, "zebra")
         started.append(Daemon(node.name, "zebra", proc.pid))
         waiting[node.name] = proc
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while waiting:
+
+    def zebras_up() -> bool:
         for name, proc in list(waiting.items()):
             if (node_run_dir(plan.lab, name) / ZSERV).exists():
                 del waiting[name]
@@ -122,10 +123,10 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
             elif proc.poll() is not None:
                 raise RealizeError(f"zebra on {name} exited with status {proc.returncode} at "
                                    f"start (see {node_run_dir(plan.lab, name)}/zebra.out)")
-        if waiting and time.monotonic() > deadline:
-            raise RealizeError(f"zebra did not open its socket within {START_TIMEOUT_S:.0f} s on "
-                               + ", ".join(sorted(waiting)))
-        time.sleep(0.002)  # poll interval while zebras start
+        return not waiting
+
+    wait_until(zebras_up, START_TIMEOUT_S, 0.002, what="zebra did not open its socket",
+               seen=lambda: "on " + ", ".join(sorted(waiting)), error=RealizeError)
     return time.process_time() - cpu0
 
 
@@ -230,16 +231,18 @@ def check_user_configs(plan: Plan, rendered: Rendered) -> None:
         raise FrrConfigError(str(bad[0]))
 
 
-def _wait_vty(plan: Plan, node: Node, deadline: float) -> None:
-    """Until every daemon of the router has its vty socket (vtysh skips a daemon without)."""
-    d = node_run_dir(plan.lab, node.name)
-    want = [d / f"{daemon}.vty" for daemon in daemons_for(plan, node)]
-    while not all(p.exists() for p in want):
-        if time.monotonic() > deadline:
-            missing = [p.name for p in want if not p.exists()]
-            raise RealizeError(f"{node.name}: no {', '.join(missing)} within "
-                               f"{START_TIMEOUT_S:.0f} s (see {d}/*.out)")
-        time.sleep(0.005)
+def _wait_vty(plan: Plan, nodes: list[Node]) -> None:
+    """Until every daemon of these routers has its vty socket (vtysh skips a daemon without)."""
+    want = [node_run_dir(plan.lab, n.name) / f"{daemon}.vty"
+            for n in nodes for daemon in daemons_for(plan, n)]
+
+    def missing() -> str:
+        gone = [p for p in want if not p.exists()]
+        return ", ".join(f"{p.parent.name}: {p.name}" for p in gone) + (
+            f" (see {gone[0].parent}/*.out)" if gone else "")
+
+    wait_until(lambda: all(p.exists() for p in want), START_TIMEOUT_S, 0.005,
+               what="FRR's vty sockets did not all appear", seen=missing, error=RealizeError)
 
 
 PROMPT = re.compile(r"^[^\s#]+(\([^)]*\))?# (.*)$")  # what `vtysh -E` echoes before each command
@@ -298,11 +301,10 @@ def apply_file(plan: Plan, node: Node, u: UserConfig) -> None:
 def apply_user_configs(plan: Plan, rendered: Rendered) -> None:
     """Once each router's daemons are up, its user configuration in order (a frr_configs
     file, then the overrides snippet; copies of both are in its run dir, to look at)."""
-    deadline = time.monotonic() + START_TIMEOUT_S
+    _wait_vty(plan, [plan.node(name) for name in rendered.user])
 
     def one(name: str) -> None:
         node = plan.node(name)
-        _wait_vty(plan, node, deadline)
         for u in rendered.user[name]:
             apply_file(plan, node, u)
 

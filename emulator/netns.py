@@ -178,8 +178,8 @@ WORKER_PREFIX = "rocelab-parallel"
 WORKER_START_S = 5.0  # a thread begins within microseconds of Thread.start(), or never
 
 
-def parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-    """Run fn over items on worker threads; re-raise the first failure (in item order),
+def parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = WORKERS) -> list[R]:
+    """Run fn over items on `workers` threads; re-raise the first failure (in item order),
     once every worker has stopped; after a failure no further item starts.
 
     Not a ThreadPoolExecutor: its idle workers wait for work until the pool is shut down
@@ -205,7 +205,7 @@ def parallel(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
                     failures[i] = e
 
     threads = [threading.Thread(target=work, name=f"{WORKER_PREFIX}-{n}")
-               for n in range(min(WORKERS, len(todo)))]
+               for n in range(min(workers, len(todo)))]
     for t in threads:
         t.start()
     for t in threads:

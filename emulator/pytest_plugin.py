@@ -98,11 +98,11 @@ class LabFactory:
 
 def leftovers(lab: str) -> dict[str, list[Any]]:
     """What of lab `lab` still exists on this machine (empty: nothing)."""
-    from . import netns, state
+    from . import netns, procs, state
 
     found: dict[str, list[Any]] = {
         "namespaces": [n for n in netns.list_names() if n.startswith(f"{lab}-")],
-        "processes": [p for p, tag in state.tagged_processes().items() if tag == lab],
+        "processes": [p for p, tag in procs.tagged_processes().items() if tag == lab],
         "run_dirs": [d for d in state.run_dir_labs() if d == lab]}
     return {k: v for k, v in found.items() if v}
 

@@ -16,8 +16,8 @@ import time
 from contextlib import ExitStack
 
 from . import netns
+from .hosts import kind_of
 from .plan import Node
-from .spec import HostKind
 
 ICMP_ECHO_REQUEST = 8
 ICMP_ECHO_REPLY = 0
@@ -97,13 +97,14 @@ def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0,
     base = os.getpid() & 0x7FFF
     idents = {(base + i) & 0xFFFF: h for i, h in enumerate(hosts)}
     index = {h.name: i for i, h in enumerate(hosts)}
-    # an rxe host's namespace gave its address to its guest: it answers, but cannot ask
-    guests = {h.name for h in hosts if h.host_kind is HostKind.RXE}
-    pending = {p for p in (pairs if pairs is not None else probe_pairs(hosts)) if p[0] not in guests}
+    # a host whose namespace cannot send (an rxe host's gave its address to its guest)
+    # still answers
+    silent = {h.name for h in hosts if not kind_of(h).probes_reach}
+    pending = {p for p in (pairs if pairs is not None else probe_pairs(hosts)) if p[0] not in silent}
     with ExitStack() as stack:
         socks = {}
         for ident, h in idents.items():
-            if h.name in guests:
+            if h.name in silent:
                 continue
             socks[ident] = stack.enter_context(_open_socket(h))
         by_fd = {s.fileno(): ident for ident, s in socks.items()}

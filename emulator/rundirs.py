@@ -30,7 +30,7 @@ PRIVATE_DIR_MODE = 0o700
 FRR_LAB_DIR_MODE = 0o710  # group frr: search only
 FRR_FILE_MODE = 0o640
 PRIVATE_UMASK = 0o177  # a socket or file made under it is 0600
-HELPER_UMASK = 0o077  # the lab's helper processes (engine, controller, exporter): files 0600, dirs 0700
+HELPER_UMASK = 0o077  # procs.start's helpers (engine, controller, exporter, watchdog): files 0600, dirs 0700
 
 
 def open_private(path: Path, append: bool = True) -> BinaryIO:

@@ -19,7 +19,6 @@ Two words, two meanings:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
@@ -27,7 +26,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from . import converge, evpn, faults, netns
+from . import converge, evpn, faults, netns, waiting
 from .errors import ConvergeTimeout, RocelabError
 from .faults.model import AfterState, link_alive
 from .plan import Homing, Kind, Node, Plan
@@ -250,12 +249,14 @@ def wait_until(plan: Plan, until: str, timeout_s: float,
     ConvergeTimeout (exit 6) saying what it last saw if that does not happen in time."""
     if until not in UNTIL:
         raise RocelabError(f"--until: must be one of {', '.join(UNTIL)} (got {until!r})")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st = lab_status(plan)
-        if st[until]:
-            return st
-        progress(verdict(st))
-        if time.monotonic() >= deadline:
-            raise ConvergeTimeout(f"lab {plan.lab} not {until} within {timeout_s:g} s: {verdict(st)}")
-        time.sleep(POLL_S)
+    last: list[dict[str, Any]] = []
+
+    def reached() -> dict[str, Any] | None:
+        last[:] = [lab_status(plan)]
+        if last[0][until]:
+            return last[0]
+        progress(verdict(last[0]))
+        return None
+
+    return waiting.wait_until(reached, timeout_s, POLL_S, what=f"lab {plan.lab} not {until}",
+                              seen=lambda: verdict(last[0]), error=ConvergeTimeout)

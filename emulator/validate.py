@@ -25,7 +25,7 @@ from xml.etree import ElementTree as ET
 
 from pyroute2 import IPRoute
 
-from . import converge, faults, netns, state
+from . import converge, faults, netns, procs
 from .errors import RocelabError
 from .faults.model import link_alive
 from .plan import Node, Plan
@@ -173,7 +173,7 @@ def _port_qos_problems(node: Node) -> list[str]:
 
 
 def _controller_running(lab: str) -> bool:
-    for pid, tag in state.tagged_processes().items():
+    for pid, tag in procs.tagged_processes().items():
         if tag != lab:
             continue
         try:

@@ -11,22 +11,20 @@ the storm on time. It carries the lab's tag, so `rocelab down` reaps it too.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 
-from . import bridge, state
+from . import bridge, procs, state
+from .paths import lab_run_dir
 from .plan import Plan
-from .state import base_env
 
 
 def start(plan: Plan, after_s: float) -> int:
-    """Start a watchdog that restores STP on every bridge `after_s` seconds from now."""
-    proc = subprocess.Popen([sys.executable, "-m", "emulator.watchdog", "--lab", plan.lab,
-                             "--after", f"{after_s:.3f}"], env=base_env(plan.lab),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    return proc.pid
+    """Start a watchdog that restores STP on every bridge `after_s` seconds from now. Not
+    waited for: the storm's timeline must not slip by its start-up (the plan it loads)."""
+    return procs.start(plan.lab, [sys.executable, "-m", "emulator.watchdog", "--lab", plan.lab,
+                                  "--after", f"{after_s:.3f}"],
+                       name="the storm watchdog", log=lab_run_dir(plan.lab) / "watchdog.log").pid
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,13 +16,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .engine import client
 from .engine.job import Job, TransferResult
 from .errors import NodeNotFoundError, RocelabError, TooLongError
-from .experiment.analysis import percentile
+from .hosts import ensure, for_pair, kind_of
 from .plan import Kind, Node, Plan
-from .rxe import transfer as rxe_transfer
-from .spec import HostKind, Role
+from .spec import Role
+from .stats import p50_p99
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc", "access_errors")
@@ -30,8 +29,8 @@ SUM_KEYS = ("retransmitted_packets", "naks_rx", "naks_tx", "timeouts", "bad_icrc
 
 def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src",
          rxe_ok: bool = False) -> Node:
-    """The host `name`; an rxe host only where the caller can drive one (`rxe_ok`:
-    transfer and kv, through emulator/rxe/transfer.py)."""
+    """The host `name`; a host of a kind whose bytes rocelab's engine does not move (rxe)
+    only where the caller can drive one (`rxe_ok`: transfer and kv, through its kind)."""
     try:
         node = plan.node(name)
     except KeyError:
@@ -40,15 +39,14 @@ def host(plan: Plan, name: str, role: Role | None = None, option: str = "--src",
     if node.kind is not Kind.HOST:
         raise RocelabError(f"{option}: {name} is a {node.kind.value}, not a host")
     if not rxe_ok:
-        refuse_rxe(plan, node, option)
+        require_engine(plan, node, option)
     return node
 
 
-def refuse_rxe(plan: Plan, node: Node, option: str) -> None:
-    if node.host_kind is HostKind.RXE:
-        raise RocelabError(f"{option}: {node.name} is an rxe host (Linux Soft-RoCE in a guest); "
-                           f"only `rocelab transfer` and `rocelab kv` drive one: `rocelab exec "
-                           f"{plan.lab} {node.name} -- ib_write_bw ...` runs perftest there")
+def require_engine(plan: Plan, node: Node, option: str) -> None:
+    kind = kind_of(node)
+    if not kind.engine:
+        raise RocelabError(f"{option}: {kind.why_not_engine(plan, node)}")
 
 
 def default_pairs(plan: Plan) -> list[tuple[Node, Node]]:
@@ -106,20 +104,17 @@ def human_s(seconds: float) -> str:
 
 def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
                  progress: Progress | None = None) -> TransferResult:
-    """One transfer; an rxe end runs kvpeer in its guest (emulator/rxe/transfer.py).
+    """One transfer, moved by the pair's kind (an rxe end: kvpeer in its guest).
     TooLongError before it starts if it could not finish within job.timeout_s."""
     check_duration(plan, job, src)
-    if HostKind.RXE not in (src.host_kind, dst.host_kind):  # (rxe_transfer starts its own)
-        client.ensure_engines(plan, [src, dst])
+    ensure(plan, [src, dst])
     return _move(plan, src, dst, job, progress)
 
 
 def _move(plan: Plan, src: Node, dst: Node, job: Job,
           progress: Progress | None) -> TransferResult:
-    """The transfer itself, the engines started: through kvpeer if an end is rxe."""
-    if HostKind.RXE in (src.host_kind, dst.host_kind):
-        return rxe_transfer.run(plan, src, dst, job, progress)
-    return client.transfer(plan, src, dst, job, progress)
+    """The transfer itself, both ends ready: by the kind that moves the pair."""
+    return for_pair(src, dst).transfer(plan, src, dst, job, progress)
 
 
 def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
@@ -130,10 +125,10 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
     for src, _ in pairs:  # each handoff has the whole timeout: none may be bound to exceed it
         check_duration(plan, job, src)
     hosts = sorted({h for p in pairs for h in p}, key=lambda n: n.name)
-    client.ensure_engines(plan, [h for h in hosts if h.host_kind is not HostKind.RXE])
-    # an rxe guest runs one transfer at a time: one kvpeer owns its 18515, and its
-    # counters are the device's
-    busy = {h.name: threading.Lock() for h in hosts if h.host_kind is HostKind.RXE}
+    ensure(plan, hosts)
+    # a host of a serial kind runs one transfer at a time (an rxe guest: one kvpeer owns
+    # its 18515, and its counters are the device's)
+    busy = {h.name: threading.Lock() for h in hosts if kind_of(h).serial}
     done: dict[int, int] = {}
     lock = threading.Lock()
     total = requests * job.payload_bytes
@@ -166,11 +161,11 @@ def summarize(results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     handoffs = [r["handoff_s"] for r in results]
     total_bytes = sum(r["bytes"] for r in results)
     spines = Counter(q["spine"] for r in results for q in r["qps"])
+    p50, p99 = p50_p99(handoffs, 6)
     return {
         "transfers": len(results), "bytes": total_bytes, "wall_s": round(wall_s, 6),
         "goodput_gbps": round(total_bytes * 8 / max(wall_s, 1e-9) / 1e9, 4),
-        "handoff_p50_s": round(percentile(handoffs, 50), 6),
-        "handoff_p99_s": round(percentile(handoffs, 99), 6),
+        "handoff_p50_s": p50, "handoff_p99_s": p99,
         "handoff_max_s": round(max(handoffs), 6),
         "handoff_mean_s": round(statistics.fmean(handoffs), 6),
         "integrity_ok": all(r["integrity_ok"] for r in results),

@@ -37,6 +37,7 @@ from typing import Any
 
 from .. import netns
 from ..errors import EngineError
+from ..waiting import wait_until
 
 NS_A, NS_B = "bx-a", "bx-b"  # requester / iperf3 client, responder / iperf3 server
 IP_A, IP_B = "10.251.0.1", "10.251.0.0"
@@ -240,13 +241,16 @@ def run_engine(case: Case, data: bytes) -> dict[str, Any]:
 
 def _recv(conn, proc, timeout: float):
     """The child's report; fail at once if it died without one, or after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not conn.poll(0.05):
+    def reported() -> bool:
+        if conn.poll(0.05):
+            return True
         if not proc.is_alive() and not conn.poll():
             raise EngineError(f"benchmark process {proc.name} exited ({proc.exitcode}) "
                               "without a report; its traceback is above")
-        if time.monotonic() > deadline:
-            raise EngineError(f"no report from benchmark process {proc.name} in {timeout} s")
+        return False
+
+    wait_until(reported, timeout, 0, what=f"no report from benchmark process {proc.name}",
+               error=EngineError)
     return conn.recv()
 
 

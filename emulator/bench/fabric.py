@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from .. import lab, state
+from .. import lab, procs
 from ..plan import Plan
 from ..realize import COMMON_SYSCTLS, ROUTER_SYSCTLS
 
@@ -56,7 +56,7 @@ def baseline_realize(plan: Plan) -> float:
 
 
 def router_rss_mb(name: str) -> float:
-    total_kb = sum(state.rss_kib(pid) or 0 for pid, tag in state.tagged_processes().items()
+    total_kb = sum(procs.rss_kib(pid) or 0 for pid, tag in procs.tagged_processes().items()
                    if tag == name)
     return round(total_kb / 1024, 1)
 

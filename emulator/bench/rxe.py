@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from .. import lab, state
+from .. import lab, procs, state
 from ..engine import client
 from ..rxe.hosts import vm_for
 
@@ -31,7 +31,7 @@ ROUND_TRIPS = 5
 
 
 def _engine_pid(name: str, host: str) -> int | None:
-    for pid, tag in state.tagged_processes().items():
+    for pid, tag in procs.tagged_processes().items():
         if tag != name:
             continue
         try:
@@ -52,7 +52,7 @@ def one_run(log) -> dict[str, Any]:
         plan = state.lab_plan(NAME)
         time.sleep(1.0)  # the agent's first requests settle; RSS after boot, idle
         guests = {h: {"boot_s": info["boot_s"],
-                      "rss_mib": round((state.rss_kib(int(info["pid"])) or 0) / 1024, 1)}
+                      "rss_mib": round((procs.rss_kib(int(info["pid"])) or 0) / 1024, 1)}
                   for h, info in sorted(rxe.items())}
         vm = vm_for(plan, plan.node(sorted(rxe)[0]))
         trips = []
@@ -65,7 +65,7 @@ def one_run(log) -> dict[str, Any]:
         client.ensure_engines(plan, [host])
         engine_start_s = time.monotonic() - t
         pid = _engine_pid(NAME, ENGINE_HOST)
-        engine_rss = round((state.rss_kib(pid) or 0) / 1024, 1) if pid else None
+        engine_rss = round((procs.rss_kib(pid) or 0) / 1024, 1) if pid else None
     finally:
         lab.down(NAME)
     boot = [g["boot_s"] for g in guests.values()]

@@ -15,6 +15,7 @@ from .names import LAB, NODE
 from .progress import progress
 
 SEVERITY_STYLE = {Severity.CRITICAL: "CRITICAL", Severity.WARNING: "WARNING ", Severity.INFO: "info    "}
+LIVE_FLOW = "--flow needs a run's flows (--results); on a live lab use --src and --dst"
 
 
 @click.command("diagnose")
@@ -23,8 +24,10 @@ SEVERITY_STYLE = {Severity.CRITICAL: "CRITICAL", Severity.WARNING: "WARNING ", S
               help="How long to sample a live lab's counters (e.g. 10s, 1m).")
 @click.option("--results", "results_path", type=click.Path(exists=True, dir_okay=False),
               help="Diagnose a finished run's results.json instead of a live lab.")
-@click.option("--flow", help="Only findings on this flow's path (a flow name of the run).")
-@click.option("--src", type=NODE, help="Only findings on the path from this host...")
+@click.option("--flow", help="Only findings on this flow's path (a flow name of the run; "
+              "needs --results: a live window records no flows).")
+@click.option("--src", type=NODE, help="Only findings on the path from this host (live or "
+              "--results)...")
 @click.option("--dst", type=NODE, help="...to this host.")
 @click.option("--evidence", "save", type=click.Path(dir_okay=False),
               help="Also write the counters the rules read to FILE (JSON; a test fixture).")
@@ -37,11 +40,15 @@ def command(name: str | None, window: str, results_path: str | None, flow: str |
     findings: pause storms and their origin, ECN off on a switch, DCQCN off on a host,
     ECMP collisions, congested spines, routing problems, gray links, lossless drops and
     MTU mismatches, each with its evidence, the flows it hurt and the fix. Exits 13 when
-    a finding is a warning or critical, 0 when the fabric looks healthy.
+    a finding is a warning or critical, 0 when the fabric looks healthy. --src/--dst
+    narrow the findings to a path; --flow to a run's flow, so it needs --results (a
+    live window records no flows).
 
-    Example: rocelab diagnose clos-2x4-cc --window 20s --flow victim
+    Example: rocelab diagnose clos-2x4-cc --window 20s --src prefill1 --dst decode1
     """
     seconds = _window(window)
+    if flow and not results_path:  # before sampling: a live window records no flows
+        raise click.UsageError(LIVE_FLOW)
     if results_path:
         if name:
             raise click.UsageError("give a lab NAME or --results, not both")
@@ -55,9 +62,6 @@ def command(name: str | None, window: str, results_path: str | None, flow: str |
                                          param_hint="--src/--dst")
         with progress(f"sampling lab {plan.lab} for {seconds:g} s"):
             ev = evidence.collect(plan, seconds)
-    if flow and not ev.flows:
-        raise click.UsageError("--flow needs a run's flows (--results); on a live lab use "
-                               "--src and --dst")
     findings = diagnose(ev, flow=flow, src=src, dst=dst)
     if save:
         outfile.write_text(save, json.dumps(ev.as_json(), indent=1) + "\n")

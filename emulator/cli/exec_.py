@@ -5,10 +5,9 @@ import sys
 
 import click
 
-from .. import lab, netns, state
+from .. import lab, state
+from ..hosts import kind_of
 from ..paths import ENV_TAG, node_run_dir
-from ..rxe import hosts as rxe_hosts
-from ..spec import HostKind
 from ..tools import lookup
 from .names import LAB, NODE
 
@@ -36,15 +35,13 @@ def command(name: str, node: str, argv: tuple[str, ...]) -> None:
     lab.require_root()
     plan = state.lab_plan(name)
     target = lookup.node(plan, node)  # exit 4 naming the nodes if there is none such
-    if target.host_kind is HostKind.RXE:  # the host is its guest: run it there
-        rc, out, err = rxe_hosts.vm_for(plan, target).exec(list(argv))
-        sys.stdout.write(out)
-        sys.stderr.write(err)
-        sys.exit(125 if rc is None else rc)
     env = dict(os.environ) | {ENV_TAG: plan.lab}  # tagged: `down` reaps what it leaves running
     own = str(node_run_dir(plan.lab, target.name)) if target in plan.frr_nodes else None
     hide = {os.path.realpath(FRR_SOCKET_DIR): own, FRR_CONFIG_DIR: own}
-    try:
-        netns.exec_in(target.netns, list(argv), env, hide)
+    try:  # in the namespace (this process replaced), or where the host's kind runs it (a guest)
+        rc, out, err = kind_of(target).exec(plan, target, list(argv), env, hide)
     except FileNotFoundError:
         raise click.ClickException(f"command not found: {argv[0]}") from None
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    sys.exit(125 if rc is None else rc)

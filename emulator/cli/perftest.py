@@ -8,10 +8,10 @@ import click
 
 from .. import lab, state, workload
 from ..errors import RocelabError
-from ..perftest import remote
+from ..hosts import perftest as remote
+from ..perftest.exchange import Test
 from ..perftest.report import MB
 from ..perftest.session import Options
-from ..perftest.wire import Test
 from ..plan import Plan
 from ..units import Dilation, parse_size
 from .names import LAB, NODE

@@ -8,8 +8,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import faults, lab, state
+from .. import faults, lab, procs, state
 from ..errors import ExitCode
+from ..metrics import launch as metrics_launch
 from ..status import lab_status, verdict
 from .names import LAB
 
@@ -33,9 +34,9 @@ def command(name: str | None, as_json: bool) -> None:
     """
     lab.require_root()
     st = lab_status(state.lab_plan(state.resolve_lab(name)))
-    exporter = lab.exporter_info(st["lab"])
+    exporter = metrics_launch.exporter_info(st["lab"])
     if exporter:  # `up --metrics`: where Prometheus scrapes it, and whether it still runs
-        st["metrics"] = exporter | {"running": state.process_tag(exporter.get("pid", 0)) == st["lab"]}
+        st["metrics"] = exporter | {"running": procs.process_tag(exporter.get("pid", 0)) == st["lab"]}
     if as_json:
         click.echo(json.dumps(st, indent=2))
     else:

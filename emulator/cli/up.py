@@ -6,6 +6,7 @@ import click
 
 from .. import lab, state
 from ..errors import ExitCode
+from ..metrics import launch as metrics_launch
 from ..metrics.exporter import Listen
 from ..plan import Plan
 from ..validate import Check, validate_lab
@@ -59,7 +60,7 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool, run_
                         expose_metrics=expose_metrics)
     p, t = result.plan, result.timings
     checks = validate_lab(p, state.lab_topology(p.lab)) if run_checks else None
-    exporter = lab.exporter_info(p.lab) if metrics is not None else None
+    exporter = metrics_launch.exporter_info(p.lab) if metrics is not None else None
     if as_json:
         import json
         click.echo(json.dumps({"lab": p.lab, "converged": True, "timings": t} | (

@@ -27,7 +27,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from .. import netns, state
-from ..metrics.model import PFC_REACTION_BUCKETS, Histogram
+from ..histogram import PFC_REACTION_BUCKETS, Histogram
 from ..paths import lab_run_dir
 from ..plan import Interface, Node, Plan
 from . import libbpf, qos

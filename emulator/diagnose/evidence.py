@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecError
-from ..metrics.snapshot import Metrics, Snapshots, delta, labels_of, thresholds, topology
+from ..metrics.snapshot import (
+    Metrics,
+    PortSample,
+    Snapshots,
+    delta,
+    labels_of,
+    port_from_json,
+    thresholds,
+    topology,
+)
 from ..plan import Plan
 
 SAMPLE_EVERY_S = 0.1
@@ -39,11 +48,16 @@ class Evidence:
     thresholds: dict[str, int]  # kmin, kmax, xoff, xon (bytes), pmax_ppm; {} unshaped
     kinds: dict[str, str]  # node -> spine, leaf, host, superspine
     peers: dict[str, str]  # "node:port" -> "peer:peer_port"
-    ports: list[dict[str, Any]]  # per (node, port, TC): results.json's `ports` shape
+    ports: list[PortSample]  # per (node, port, TC): results.json's `ports`
     paused_s: dict[str, float]  # "node:port:tc" -> wall seconds that egress class was paused
     metrics: Metrics  # KEEP families: counters as deltas, gauges at the end
     flows: list[dict[str, Any]] = field(default_factory=list)  # results.json's `flows` shape
     roce_mtu: int = 4096  # the RoCE path MTU the transfers use (payload bytes)
+
+    def __post_init__(self) -> None:
+        # one shape whatever wrote them: a port an older results.json or a hand-made
+        # evidence file leaves a counter out of reads as 0 (metrics.snapshot.port_from_json)
+        self.ports = [port_from_json(p) for p in self.ports]
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -7,19 +7,17 @@ Engines are started on first use and keep running until `rocelab down`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import forwarding, netns, rundirs
+from .. import forwarding, procs, rundirs
 from ..errors import EngineError
 from ..paths import node_run_dir
 from ..plan import Node, Plan
-from ..state import base_env
 from .config import for_host
 from .job import Job, Op, TransferResult
 from .jsonlines import MAX_REPLY_LINE, Channel
@@ -52,32 +50,24 @@ def _alive(path: Path) -> bool:
 
 
 def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
-    """Start an engine in every host that lacks one; return when all answer."""
+    """Start an engine in every host that lacks one; return when all answer (EngineError,
+    the ones that did not killed, if one exits first or they take too long)."""
     starting = []
     for host in hosts:
         path = sock_path(plan, host)
         if _alive(path):
             continue
         rundirs.make_private_dir(path.parent, exist_ok=True)  # the host's dir: root's only
-        log = rundirs.open_private(path.parent / "engine.log")
-        with netns.entered(host.netns):
-            subprocess.Popen(
-                [sys.executable, "-m", "emulator.engine.daemon", "--lab", plan.lab,
-                 "--host", host.name, "--ip", host.address or "", "--sock", str(path),
-                 *[a for ip in host.addresses[1:] for a in ("--rail-ip", ip)],
-                 "--config", for_host(plan, host).to_json()],
-                env=base_env(plan.lab), umask=rundirs.HELPER_UMASK,  # its files: root's only
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        log.close()
-        starting.append(host)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    for host in starting:
-        while not _alive(sock_path(plan, host)):
-            if time.monotonic() > deadline:
-                raise EngineError(f"engine on {host.name} did not start within "
-                                  f"{START_TIMEOUT_S:.0f} s (see {sock_path(plan, host).parent}/engine.log)")
-            time.sleep(0.02)
+        engine = procs.start(
+            plan.lab, [sys.executable, "-m", "emulator.engine.daemon", "--lab", plan.lab,
+                       "--host", host.name, "--ip", host.address or "", "--sock", str(path),
+                       *[a for ip in host.addresses[1:] for a in ("--rail-ip", ip)],
+                       "--config", for_host(plan, host).to_json()],
+            name=f"the engine on {host.name}", log=path.parent / "engine.log",
+            netns_name=host.netns, error=EngineError)
+        starting.append((engine, procs.Ready(f"an answer on {path.name}",
+                                             functools.partial(_alive, path))))
+    procs.wait_ready(starting, START_TIMEOUT_S)
 
 
 def transfer(plan: Plan, src: Node, dst: Node, job: Job,
@@ -91,22 +81,36 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
     initiator, peer = (src, dst) if job.op is Op.WRITE else (dst, src)
     job = dataclasses.replace(job, extra={"flow": f"{src.name}->{dst.name}", **job.extra,
                                           "src": src.name, "dst": dst.name})
-    with _connect(sock_path(plan, initiator)) as ch:
-        ch.send({"cmd": "transfer", "job": job.to_json(), "peer_ip": peer.address})
-        while True:
-            msg = ch.recv()
-            event = msg.pop("event", None)
-            if event == "progress" and progress:
-                progress(msg["bytes"], msg["total"], msg.get("sent", msg["bytes"]))
-            elif event == "result":
-                break
-            elif event == "error":
-                raise EngineError(f"{initiator.name}: {msg['error']}")
+
+    def on_event(event: str, msg: dict[str, Any]) -> None:
+        if event == "progress" and progress:
+            progress(msg["bytes"], msg["total"], msg.get("sent", msg["bytes"]))
+
+    msg = call(plan, initiator, {"cmd": "transfer", "job": job.to_json(),
+                                 "peer_ip": peer.address}, on_event)
     for i, qp in enumerate(msg["qps"]):  # QP i on rail i: NIC i mod NICs at each end
         rail = i % len(src.addresses) if len(src.addresses) > 1 else None
         qp["rail"] = rail
         qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"], rail=rail)
     return TransferResult(**msg, src=src.name, dst=dst.name)  # type: ignore[typeddict-item]  # JSON reply
+
+
+def call(plan: Plan, host: Node, msg: dict[str, Any],
+         on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Send one command to `host`'s engine and read its replies until the result, which
+    is returned (without its "event"); interim events (progress, armed) go to
+    `on_event(event, reply)`; an error reply raises EngineError naming the host."""
+    with _connect(sock_path(plan, host)) as ch:
+        ch.send(msg)
+        while True:
+            reply = ch.recv()
+            event = reply.pop("event", None)
+            if event == "result":
+                return reply
+            if event == "error":
+                raise EngineError(f"{host.name}: {reply['error']}")
+            if on_event and event:
+                on_event(event, reply)
 
 
 def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ over a unix socket in the lab's run dir (`transfer`, `stats`, `ping`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -18,14 +19,17 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, RocelabError
-from ..metrics.model import TRANSFER_BUCKETS, Histogram
+from ..histogram import TRANSFER_BUCKETS, Histogram
 from ..perftest.session import Options
 from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
+from ..roce.memory import MemoryRegion
 from ..roce.rc import QueuePair
 from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from ..rundirs import PRIVATE_UMASK
@@ -90,10 +94,40 @@ class Engine:
 
     def new_qps(self, job: Job, local: list[dict[str, int]],
                 remote: list[dict[str, int]]) -> list[PacedQueuePair]:
-        return [PacedQueuePair(self.qp_config(job, mine, r, i), self.dp.memory,
-                               ReactionPoint(self.profile, self.config.line_rate_bps, time.monotonic())
-                               if self.profile else None, job.rate_bps / job.qps)
+        return [self._paced(self.qp_config(job, mine, r, i), job.rate_bps / job.qps)
                 for i, (mine, r) in enumerate(zip(local, remote))]
+
+    def _paced(self, cfg: QpConfig, rate_bps: float) -> PacedQueuePair:
+        """A QP under this host's DCQCN profile (if on), limited to rate_bps (0: none)."""
+        rp = (ReactionPoint(self.profile, self.config.line_rate_bps, time.monotonic())
+              if self.profile else None)
+        return PacedQueuePair(cfg, self.dp.memory, rp, rate_bps)
+
+    # -- a perftest session's QPs (perftest.session.QueuePairs) ------------------
+
+    def register(self, buf: bytearray) -> MemoryRegion:
+        return self.dp.call(lambda: self.dp.memory.register(buf))
+
+    def deregister(self, mr: MemoryRegion) -> None:
+        self.dp.call(lambda: self.dp.memory.deregister(mr))
+
+    def open_qp(self, cfg: QpConfig, peer_ip: str, rate_bps: float, flow: FlowKey) -> QueuePair:
+        c = self.config
+        qp = self._paced(replace(cfg, window=c.window, rto=c.rto, rto_max=c.rto_max,
+                                 cnp_interval=self.cnp_interval), rate_bps)
+        self.dp.call(lambda: self.dp.add(qp, peer_ip, None, self.ip, flow))
+        return qp
+
+    def close_qps(self, qpns: list[int]) -> None:
+        self.dp.call(lambda: self.dp.remove(qpns))
+
+    @contextlib.contextmanager
+    def ticking(self, tick: Callable[[float], None]) -> Iterator[None]:
+        self.dp.call(lambda: self.dp.tickers.append(tick))
+        try:
+            yield
+        finally:
+            self.dp.call(lambda: self.dp.tickers.remove(tick))
 
     def set_profile(self, name: str) -> dict[str, Any]:
         """(data thread) Switch DCQCN for this host's current and future QPs."""

@@ -8,6 +8,8 @@ always open, and a perftest client is served only while a server job is armed
 (`rocelab perftest --server`, or the CLI arming the destination of an
 engine-to-engine run); otherwise its connection is closed at once, as a
 refused connection ends a real client ("Couldn't read remote address").
+Each session runs on the engine's own QPs and memory (the engine is its
+`perftest.session.QueuePairs`); `hosts/perftest.py` is the CLI's side.
 """
 
 from __future__ import annotations
@@ -16,14 +18,11 @@ import logging
 import queue
 import socket
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import EngineError, RocelabError
-from ..perftest.session import Options, Session
-from ..perftest.wire import PORT, Exchange
-
-if TYPE_CHECKING:
-    from .daemon import Engine
+from ..perftest.exchange import PORT, Exchange
+from ..perftest.session import Options, QueuePairs, Session
 
 log = logging.getLogger("rocelab.engine")
 PEEK_TIMEOUT_S = 10.0  # perftest's client sleeps 1 s before its first message (write_bw)
@@ -43,7 +42,7 @@ def is_engine_peer(conn: socket.socket) -> bool | None:
 class PerftestJobs:
     """At most one armed server per engine; clients run on the calling thread."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: QueuePairs):
         self.engine = engine
         self._lock = threading.Lock()
         self._armed: tuple[Options, queue.SimpleQueue[dict[str, Any]]] | None = None

@@ -27,8 +27,8 @@ from ..engine import client
 from ..errors import RocelabError
 from ..paths import lab_run_dir
 from ..plan import Kind, Node, Plan
+from ..procs import kill_pids
 from ..spec import FabricMode
-from ..state import kill_pids
 from ..tools import vtysh
 from ..units import parse_duration
 from .spec import Action

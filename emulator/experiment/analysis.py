@@ -13,31 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from ..errors import ExitCode
+from ..metrics.snapshot import PortSample
 from ..plan import Plan
 from ..plan.congestion import ROCE_TC
+from ..stats import jain, p50_p99, percentile
 from ..units import Dilation, parse_duration
 from . import expect_lines, traffic
 from .spec import Experiment
 
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx", "bad_icrc")  # per flow
 Series = Sequence[tuple[float, float]]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank q-th percentile (0 for no values)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
-def jain(values: Sequence[float]) -> float:
-    """Jain's fairness index: 1 = perfectly fair, 1/n = one flow takes all."""
-    vals = [v for v in values]
-    if not vals or sum(vals) == 0:
-        return 0.0
-    return sum(vals) ** 2 / (len(vals) * sum(v * v for v in vals))
 
 
 def rates(series: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -109,7 +94,7 @@ def convergence_time(flow_series: dict[str, Sequence[tuple[float, float]]], star
     return None if first_ok is None else first_ok - start
 
 
-def port_steady(port: dict, t0: float, t1: float, rate_bps: float) -> dict[str, float]:
+def port_steady(port: PortSample, t0: float, t1: float, rate_bps: float) -> dict[str, float]:
     """Utilisation and queue depth of one sampled (port, TC) within [t0, t1].
 
     Utilisation counts every byte the port sent (headers too) against the
@@ -123,7 +108,7 @@ def port_steady(port: dict, t0: float, t1: float, rate_bps: float) -> dict[str, 
             "queue_max": max(q, default=0)}
 
 
-def bottleneck(ports: Sequence[dict], t0: float, t1: float, rate_bps: float,
+def bottleneck(ports: Sequence[PortSample], t0: float, t1: float, rate_bps: float,
                tc: int) -> dict | None:
     """The busiest port of class `tc` over the steady window, with its queue."""
     best = None
@@ -194,7 +179,7 @@ class Results(TypedDict):
     link_rate_bps: int | None  # the shaped rate; None on an unshaped lab
     declared_speed_bps: int  # the topology's link speed
     flows: list[FlowSummary]
-    ports: list[dict[str, Any]]  # sampled (node, port, TC) series
+    ports: list[PortSample]  # sampled (node, port, TC) series
     events: list[dict[str, Any]]  # timeline actions as done (faults: their events)
     steady: dict[str, Any]  # from_s, to_s, rates_bps, jain, bottleneck
     pfc: dict[str, Any]  # pauses, reaction_us_p50/p99, paused_s
@@ -235,7 +220,7 @@ class FlowRecord:
             else None
 
 
-def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[dict],
+def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[PortSample],
               events: list[dict], pfc0: dict, pfc1: dict,
               lossless_drops: int | None, counters: traffic.Recording | None = None,
               measured: dict[str, Any] | None = None,
@@ -251,7 +236,8 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
     steady_rates = {n: mean_rate(s, steady0, steady1) for n, s in series.items()}
     if steady1 <= steady0:  # a flow ended before steady_after: no common steady state
         steady_rates = {}
-    reactions = sorted(pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):])
+    reactions = pfc1.get("reaction_us", [])[len(pfc0.get("reaction_us", [])):]
+    reaction_p50, reaction_p99 = p50_p99(reactions, 1)
     out: Results = {
         "experiment": exp.name, "lab": plan.lab, "dilation": plan.dilation,
         "link_rate_bps": cp.rate_of(plan.speed_bps) if cp else None,
@@ -263,8 +249,7 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
                    "bottleneck": bottleneck(ports, steady0, steady1, cp.rate_of(plan.speed_bps), ROCE_TC)
                    if cp else None},
         "pfc": {"pauses": pfc1.get("pauses", 0) - pfc0.get("pauses", 0),
-                "reaction_us_p50": _pct(reactions, 50),
-                "reaction_us_p99": _pct(reactions, 99),
+                "reaction_us_p50": reaction_p50, "reaction_us_p99": reaction_p99,
                 "paused_s": paused_between(pfc0, pfc1)},
         "phases": {name: phase(members, flow_out, series, ports)
                    for name, members in exp.phases.items()},
@@ -300,14 +285,14 @@ def summary(flows: Sequence[FlowSummary], events: Sequence[dict[str, Any]],
              if e.get("kind") == "fault" and isinstance(e.get("convergence"), dict)]
     times = [c["converge_s"] for c in convs if c.get("converge_s") is not None]
     worst = max(gaps) if gaps else None
+    p50, p99 = p50_p99(handoffs, 4)
     return {
         "bytes": sum(f["bytes"] for f in flows),
         "goodput_bps": sum(f["bytes"] for f in done) * 8 / span if done and span > 0 else None,
         "fct_max_s": max(f["fct_s"] or 0.0 for f in done) if done else None,
         "interruption_s": worst,
         "interruption_real_s": dilation.real_s(worst) if worst is not None else None,
-        "handoff_p50_s": round(percentile(handoffs, 50), 4) if handoffs else None,
-        "handoff_p99_s": round(percentile(handoffs, 99), 4) if handoffs else None,
+        "handoff_p50_s": p50, "handoff_p99_s": p99,
         "convergence_s": max(times) if times else None,
         "faults_settled": all(c.get("settled") for c in convs) if convs else None,
     }
@@ -333,7 +318,7 @@ def verdict(results: Results) -> tuple[ExitCode, str]:
 
 
 def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str, Series],
-          ports: list[dict]) -> dict[str, Any]:
+          ports: list[PortSample]) -> dict[str, Any]:
     """A window from the first start to the last end of `members`: every flow's mean rate
     while it ran inside the window, and the pause frames sent in it."""
     last = max((s[-1][0] for s in series.values() if s), default=0.0)
@@ -350,15 +335,12 @@ def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str,
     for f in flows:
         durations = sorted(d for a, d in f.get("handoffs", []) if t0 <= a <= t1)
         if durations:
-            handoffs[f["name"]] = {"count": len(durations), "p50_s": percentile(durations, 50),
-                                   "p99_s": percentile(durations, 99), "max_s": durations[-1]}
+            p50, p99 = p50_p99(durations)
+            handoffs[f["name"]] = {"count": len(durations), "p50_s": p50, "p99_s": p99,
+                                   "max_s": durations[-1]}
     pauses = sum(bytes_between(p["series"].get("pause_tx", []), t0, t1) for p in ports)
     return {"from_s": t0, "to_s": t1, "rates_bps": rates_in, "handoffs": handoffs,
             "pauses": round(pauses)}
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return round(percentile(values, q), 1) if values else None
 
 
 def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
@@ -392,8 +374,7 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
     if f.repeat > 1:
         out["handoffs"] = [[round(a, 4), round(d, 4)] for a, d in f.handoffs]
         durations = [d for _, d in f.handoffs]
-        out["handoff_p50_s"] = round(percentile(durations, 50), 4) if durations else None
-        out["handoff_p99_s"] = round(percentile(durations, 99), 4) if durations else None
+        out["handoff_p50_s"], out["handoff_p99_s"] = p50_p99(durations, 4)
     return out
 
 

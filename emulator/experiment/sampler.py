@@ -6,13 +6,12 @@ import json
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 from ..congestion.maps import StatsReader
+from ..metrics.snapshot import SERIES_KEYS, PortSample, PortSeries, port_sample
 from ..paths import lab_run_dir
 from ..plan import Plan
-
-SERIES_KEYS = ("queued", "buffered", "ce_marked", "pause_tx", "tx_bytes", "rx_ce", "ecn_capable")
 
 
 class Sampler(threading.Thread):
@@ -42,21 +41,15 @@ class Sampler(threading.Thread):
                 v = s.values[k] - (base[k] if k not in ("queued", "buffered") else 0)
                 self.series[key][k].append((t, v))
 
-    def stop(self) -> list[dict[str, Any]]:
+    def stop(self) -> list[PortSample]:
         self._halt.set()
         self.join()
         self.sample()
         final = {(s.node, s.port, s.tc): s.values for s in self.reader.read()}
         self.reader.close()
-        out = []
-        for (node, port, tc), series in sorted(self.series.items()):
-            v, b = final[(node, port, tc)], self.baseline[(node, port, tc)]
-            out.append({"node": node, "port": port, "tc": tc,
-                        "max_queued": v["max_queued"], "max_buffered": v["max_buffered"],
-                        **{k: v[k] - b[k] for k in ("tx_packets", "tx_bytes", "ce_marked",
-                                                    "ecn_capable", "rx_ce", "pause_tx", "pause_rx")},
-                        "series": {k: series[k] for k in SERIES_KEYS}})
-        return out
+        return [port_sample(*key, self.baseline[key], final[key],
+                            cast(PortSeries, {k: series[k] for k in SERIES_KEYS}))
+                for key, series in sorted(self.series.items())]
 
 
 def pfc_snapshot(plan: Plan) -> dict[str, Any]:

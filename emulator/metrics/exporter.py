@@ -32,7 +32,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from ..errors import RocelabError
-from .model import Family, Histogram, Kind, Labels
+from ..histogram import Histogram
+from .model import Family, Kind, Labels
 from .scrape import Scraper
 
 DEFAULT_LISTEN = "127.0.0.1:9464"

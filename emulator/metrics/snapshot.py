@@ -1,14 +1,20 @@
-"""Scrapes reduced to what `rocelab diagnose` reads, and the fabric's wiring.
+"""Scrapes reduced to what `rocelab diagnose` reads, the fabric's wiring, and the
+shape of a sampled port.
 
 `rocelab run` takes a snapshot before and after its flows and stores the difference
 (and the wiring) in results.json's `evidence`, so `diagnose --results` works after the
 lab is gone; live, `diagnose` does the same around its window (diagnose/evidence.py).
 A snapshot is the collectors' own fetch + parse (scrape.py), reduced to KEEP.
+
+`PortSample` is one (node, port, TC) of the BPF dataplane over a window: the sampler
+(experiment/sampler.py) makes it, results.json stores a list of them as `ports`, and
+diagnose's evidence reads it (`port_from_json` also takes older or hand-made ones).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from ..plan import Plan
 
@@ -30,6 +36,63 @@ KEEP = (
 )
 Metrics = dict[str, dict[str, float]]  # metric -> "k=v,k=v" labels (lab left out) -> value
 Snapshot = dict[str, dict[str, tuple[str, float]]]  # metric -> labels -> (kind, value)
+Series = list[tuple[float, int]]  # (wall seconds since the window's start, value)
+
+
+class PortSeries(TypedDict):
+    """A sampled port's counters every sample: depths (queued, buffered) as they were,
+    the rest counted from the window's start. (JSON keeps this key order.)"""
+
+    queued: Series
+    buffered: Series
+    ce_marked: Series
+    pause_tx: Series
+    tx_bytes: Series
+    rx_ce: Series
+    ecn_capable: Series
+
+
+class PortSample(TypedDict):
+    """One (node, port, TC) over a window: high-water marks, counters as deltas over the
+    window, and their series. results.json's `ports` holds these, in this key order."""
+
+    node: str
+    port: str
+    tc: int
+    max_queued: int
+    max_buffered: int
+    tx_packets: int
+    tx_bytes: int
+    ce_marked: int
+    ecn_capable: int
+    rx_ce: int
+    pause_tx: int
+    pause_rx: int
+    series: PortSeries
+
+
+SERIES_KEYS = tuple(PortSeries.__annotations__)
+COUNTED = ("tx_packets", "tx_bytes", "ce_marked", "ecn_capable", "rx_ce", "pause_tx", "pause_rx")
+
+
+def port_sample(node: str, port: str, tc: int, start: Mapping[str, int], end: Mapping[str, int],
+                series: PortSeries) -> PortSample:
+    """A port's sample from the dataplane's counters at the window's start and end."""
+    d = {k: end[k] - start[k] for k in COUNTED}
+    return PortSample(node=node, port=port, tc=tc, max_queued=end["max_queued"],
+                      max_buffered=end["max_buffered"], tx_packets=d["tx_packets"],
+                      tx_bytes=d["tx_bytes"], ce_marked=d["ce_marked"],
+                      ecn_capable=d["ecn_capable"], rx_ce=d["rx_ce"], pause_tx=d["pause_tx"],
+                      pause_rx=d["pause_rx"], series=series)
+
+
+def port_from_json(raw: Mapping[str, Any]) -> PortSample:
+    """A stored sample as a `PortSample`: what an older results.json (before `ecn_capable`)
+    or a hand-made evidence file leaves out reads as 0, or no samples; the rest is kept."""
+    series = {k: [] for k in SERIES_KEYS} | dict(raw.get("series") or {})
+    zeros = {k: 0 for k in PortSample.__annotations__ if k not in ("node", "port", "tc", "series")}
+    head = {"node": raw["node"], "port": raw["port"], "tc": raw["tc"]}  # keeps the key order
+    return {**head, **zeros, **raw, "series": series}  # type: ignore[typeddict-item]
 
 
 def labels_key(labels: dict[str, str]) -> str:

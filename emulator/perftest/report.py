@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .wire import Dest, Test
+from .exchange import Dest, Test
 
 RESULT_LINE = "-" * 87 + "\n"
 RESULT_FMT = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"

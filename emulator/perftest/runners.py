@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..roce.rc import QueuePair
 from ..roce.verbs import WcStatus, WrKind
-from .wire import Dest
+from .exchange import Dest
 
 
 def inc(size: int, cache_line: int) -> int:
@@ -49,7 +49,21 @@ class Runner:
 
 
 @dataclass
-class BwClient(Runner):
+class BwRunner(Runner):
+    """The bandwidth tests' common part: -D's end and sample window, and completions."""
+
+    until: float | None = None  # -D: post until then (a time on the data thread's clock)
+    window: tuple[float, float] | None = None  # -D: the sample window
+    sampled: int = 0
+
+    def _completed(self, now: float) -> None:
+        self.completed.append(now)
+        if self.window and self.window[0] <= now <= self.window[1]:
+            self.sampled += 1
+
+
+@dataclass
+class BwClient(BwRunner):
     """run_iter_bw: keep tx_depth messages outstanding on every QP; WRITE/READ addresses
     walk the peer's cycle buffer in INC steps when the message fits half of it."""
 
@@ -59,9 +73,6 @@ class BwClient(Runner):
     tx_depth: int = 128
     cycle_buffer: int = 4096
     cache_line: int = 64
-    until: float | None = None  # -D: post until then (a time on the data thread's clock)
-    window: tuple[float, float] | None = None  # -D: the sample window
-    sampled: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.qps)
@@ -81,9 +92,7 @@ class BwClient(Runner):
                     self.fail(f"QP {qp.qpn:#x} message {self.ccnt[i]}: {c.status.value}")
                     return
                 self.ccnt[i] += 1
-                self.completed.append(now)
-                if self.window and self.window[0] <= now <= self.window[1]:
-                    self.sampled += 1
+                self._completed(now)
             stop = timed and now >= self.until  # type: ignore[operator]
             while not stop and (timed or self.scnt[i] < self.iters) \
                     and self.scnt[i] - self.ccnt[i] < self.tx_depth:
@@ -114,13 +123,10 @@ class BwClient(Runner):
 
 
 @dataclass
-class BwServer(Runner):
+class BwServer(BwRunner):
     """run_iter_bw_server (send_bw): count the peer's SENDs, first arrival to last."""
 
     expected: int = 1000
-    until: float | None = None
-    window: tuple[float, float] | None = None
-    sampled: int = 0
 
     def tick(self, now: float) -> None:
         if self.done.is_set():
@@ -134,9 +140,7 @@ class BwServer(Runner):
                     return
                 if not self.posted:
                     self.posted.append(now)
-                self.completed.append(now)
-                if self.window and self.window[0] <= now <= self.window[1]:
-                    self.sampled += 1
+                self._completed(now)
         if self.until is not None:
             if now >= self.until:
                 self.done.set()
@@ -158,6 +162,21 @@ class LatRunner(Runner):
     def _more(self, count: int, now: float) -> bool:
         return now < self.until if self.until is not None else count < self.iters
 
+    def _reap(self, verb: str | None) -> bool:
+        """Count the QP's completions (ours in ccnt, the peer's SENDs in rcnt); False once
+        one failed, which ends the run naming `verb` and our count (None: its own kind)."""
+        qp = self.qps[0]
+        for c in qp.completions():
+            if c.status is not WcStatus.SUCCESS:
+                what = f"{verb} {self.ccnt}" if verb else c.kind.value
+                self.fail(f"QP {qp.qpn:#x}: {what}: {c.status.value}")
+                return False
+            if c.kind is WrKind.RECV:
+                self.rcnt += 1
+            else:
+                self.ccnt += 1
+        return True
+
 
 @dataclass
 class WriteLat(LatRunner):
@@ -173,12 +192,9 @@ class WriteLat(LatRunner):
         self.phase = "rx"
 
     def tick(self, now: float) -> None:
+        if not self._reap("write"):
+            return
         qp = self.qps[0]
-        for c in qp.completions():
-            if c.status is not WcStatus.SUCCESS:
-                self.fail(f"QP {qp.qpn:#x}: write {self.ccnt}: {c.status.value}")
-                return
-            self.ccnt += 1
         while not self.done.is_set():
             if self.phase == "rx":
                 if self._more(self.rcnt, now) and not (self.scnt < 1 and self.server):
@@ -210,19 +226,13 @@ class ReadLat(LatRunner):
     remote: Dest | None = None
 
     def tick(self, now: float) -> None:
-        qp = self.qps[0]
-        for c in qp.completions():
-            if c.status is not WcStatus.SUCCESS:
-                self.fail(f"QP {qp.qpn:#x}: read {self.ccnt}: {c.status.value}")
-                return
-            self.ccnt += 1
-        if self.ccnt < self.scnt or self.done.is_set():
+        if not self._reap("read") or self.ccnt < self.scnt or self.done.is_set():
             return
         if self._more(self.scnt, now):
             self.posted.append(now)
             self.scnt += 1
             d = self.remote
-            qp.post_read(self.scnt, self.buf[:self.size], d.vaddr, d.rkey)  # type: ignore[union-attr]
+            self.qps[0].post_read(self.scnt, self.buf[:self.size], d.vaddr, d.rkey)  # type: ignore[union-attr]
         else:
             self.done.set()
 
@@ -234,16 +244,7 @@ class SendLat(LatRunner):
     server: bool = False
 
     def tick(self, now: float) -> None:
-        qp = self.qps[0]
-        for c in qp.completions():
-            if c.status is not WcStatus.SUCCESS:
-                self.fail(f"QP {qp.qpn:#x}: {c.kind.value}: {c.status.value}")
-                return
-            if c.kind is WrKind.RECV:
-                self.rcnt += 1
-            else:
-                self.ccnt += 1
-        if self.done.is_set():
+        if not self._reap(None) or self.done.is_set():
             return
         must_rx = self._more(self.rcnt, now) and not (self.scnt < 1 and not self.server)
         # wait for the peer's message number scnt (the one answering our last) first
@@ -254,6 +255,6 @@ class SendLat(LatRunner):
                 return
             self.posted.append(now)
             self.scnt += 1
-            qp.post_send(self.scnt, self.buf[:self.size])
+            self.qps[0].post_send(self.scnt, self.buf[:self.size])
         elif self.ccnt >= self.scnt and (self.until is not None or self.rcnt >= self.iters):
             self.done.set()

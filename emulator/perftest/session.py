@@ -1,26 +1,30 @@
 """One perftest test run by an engine, as client or server, against any perftest peer.
 
-The engine does what perftest's main() does, step by step (wire.steps): the
+The engine does what perftest's main() does, step by step (exchange.steps): the
 exchange on the TCP socket, QPs and a memory region laid out as perftest lays
 them out (so a real client's WRITEs and READs land inside it), the measured
 traffic (runners.py) and the report (report.py), printed as perftest prints it.
+The QPs, the memory and the clock that drives the traffic are the engine's,
+reached through `QueuePairs` (engine.daemon.Engine is one), so this package
+never imports the engine that runs it.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import EngineError, RocelabError
+from ..roce.memory import MemoryRegion
+from ..roce.rc import QueuePair
 from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from . import report
+from .exchange import BwReport, Dest, Exchange, Step, Test, sizes, steps
 from .runners import BwClient, BwServer, ReadLat, Runner, SendLat, WriteLat, buff_size, inc
-from .wire import BwReport, Dest, Exchange, Step, Test, sizes, steps
-
-if TYPE_CHECKING:
-    from ..engine.daemon import Engine
 
 CYCLE_BUFFER = 4096  # sysconf(_SC_PAGESIZE)
 CACHE_LINE = 64  # DEF_CACHE_LINE_SIZE
@@ -78,17 +82,43 @@ class Options:
         return cls(**(d | {"test": Test(d["test"])}))
 
 
-class Session:
-    """Run `opts` over a connected socket on `engine`; `run` returns output and figures."""
+class QueuePairs(Protocol):
+    """Where a session's QPs and memory live: the engine of its host (engine.daemon.Engine).
+    Each call is safe from the session's thread; ticks run on the engine's data thread."""
 
-    def __init__(self, engine: Engine, opts: Options, client: bool):
-        self.engine, self.opts, self.client = engine, opts, client
+    host: str
+    ip: str  # the QPs' address: their GID, the peer's destination
+
+    def new_qpns(self, n: int) -> list[dict[str, int]]:
+        """n fresh {"qpn", "psn"} pairs."""
+
+    def register(self, buf: bytearray) -> MemoryRegion:
+        """`buf` as a memory region the peer may read and write."""
+
+    def deregister(self, mr: MemoryRegion) -> None: ...
+
+    def open_qp(self, cfg: QpConfig, peer_ip: str, rate_bps: float,
+                flow: tuple[str, str, str]) -> QueuePair:
+        """A QP in RTS towards `peer_ip` with the exchange's `cfg` (the host's own window,
+        timers and DCQCN added), paced at `rate_bps` (0: line rate), counted as `flow`."""
+
+    def close_qps(self, qpns: list[int]) -> None: ...
+
+    def ticking(self, tick: Callable[[float], None]) -> AbstractContextManager[None]:
+        """Call `tick(now)` on the data thread after every turn while inside."""
+
+
+class Session:
+    """Run `opts` over a connected socket with `host`'s QPs; `run` returns output and figures."""
+
+    def __init__(self, host: QueuePairs, opts: Options, client: bool):
+        self.host, self.opts, self.client = host, opts, client
         self.out: list[str] = []
         self.rows: list[report.Row] = []
         self.local: list[Dest] = []
         self.remote: list[Dest] = []
-        self.qps: list[Any] = []
-        self.mr: Any = None
+        self.qps: list[QueuePair] = []
+        self.mr: MemoryRegion | None = None
         self.buf = bytearray()
         self.mtu = opts.mtu
         self.cycle, self.line = CYCLE_BUFFER, CACHE_LINE
@@ -158,45 +188,36 @@ class Session:
     def _setup(self) -> None:
         """alloc_ctx + create_mr + set_up_connection: one buffer, two halves (send, receive)
         of a slot per QP; each QP offers the peer its receive slot."""
-        o, e = self.opts, self.engine
+        o, h = self.opts, self.host
         biggest = max(sizes(o.msg_size, o.run_all))
         slot = buff_size(biggest, self.cycle)
         self.buf = bytearray(os.urandom(inc(slot, self.line) * 2 * o.qps)) \
             if o.test is not Test.WRITE_LAT else bytearray(inc(slot, self.line) * 2 * o.qps)
-        self.mr = e.dp.call(lambda: e.dp.memory.register(self.buf))
+        mr = self.mr = h.register(self.buf)
         out_reads = MAX_RD_ATOMIC if o.test.verb == "read" else 1
-        self.local = [Dest.for_ipv4(e.ip, qpn=q["qpn"], psn=q["psn"], rkey=self.mr.rkey,
-                                    vaddr=self.mr.va + (o.qps + i) * slot, out_reads=out_reads)
-                      for i, q in enumerate(e.new_qpns(o.qps))]
+        self.local = [Dest.for_ipv4(h.ip, qpn=q["qpn"], psn=q["psn"], rkey=mr.rkey,
+                                    vaddr=mr.va + (o.qps + i) * slot, out_reads=out_reads)
+                      for i, q in enumerate(h.new_qpns(o.qps))]
 
     def _connect(self) -> None:
         """ctx_connect: the QPs to RTS with the peer's QPN, PSN and address (from its GID)."""
-        from ..engine.paced import PacedQueuePair  # the engine layer, loaded in its process
-        from ..roce.dcqcn import ReactionPoint
-
-        o, e, c = self.opts, self.engine, self.engine.config
+        o = self.opts
         biggest = max(sizes(o.msg_size, o.run_all))
-        flow = ("perftest", e.host, self.remote[0].ipv4)
+        flow = ("perftest", self.host.host, self.remote[0].ipv4)
         for mine, theirs in zip(self.local, self.remote):
             cfg = QpConfig(qpn=mine.qpn, remote_qpn=theirs.qpn, send_psn=mine.psn,
-                           recv_psn=theirs.psn, mtu=self.mtu, window=c.window, rto=c.rto,
-                           rto_max=c.rto_max, cnp_interval=e.cnp_interval,
-                           max_send=max(65536, biggest),
+                           recv_psn=theirs.psn, mtu=self.mtu, max_send=max(65536, biggest),
                            # as perftest's ctx_modify_qp_to_rts/rtr: ORD from the peer's
                            # out_reads (its IRD), IRD what this side advertised
                            max_rd_atomic=max(1, min(MAX_RD_ATOMIC, theirs.out_reads or 1)),
                            max_dest_rd_atomic=max(1, mine.out_reads))
-            rp = ReactionPoint(e.profile, c.line_rate_bps, time.monotonic()) if e.profile else None
-            qp = PacedQueuePair(cfg, e.dp.memory, rp, o.rate_bps / o.qps)
-            self.qps.append(qp)
-            e.dp.call(lambda qp=qp, peer=theirs.ipv4: e.dp.add(qp, peer, None, e.ip, flow))
+            self.qps.append(self.host.open_qp(cfg, theirs.ipv4, o.rate_bps / o.qps, flow))
 
     def _release(self) -> None:
-        e = self.engine
         if self.qps:
-            e.dp.call(lambda: e.dp.remove([q.qpn for q in self.qps]))
+            self.host.close_qps([q.qpn for q in self.qps])
         if self.mr is not None:
-            e.dp.call(lambda: e.dp.memory.deregister(self.mr))
+            self.host.deregister(self.mr)
 
     # -- traffic --------------------------------------------------------------
 
@@ -249,13 +270,9 @@ class Session:
                        until=until)
 
     def _drive(self, runner: Runner, timeout_s: float) -> None:
-        dp = self.engine.dp
-        dp.call(lambda: dp.tickers.append(runner.tick))
-        try:
+        with self.host.ticking(runner.tick):
             if not runner.done.wait(timeout_s):
                 runner.fail(f"not finished within {timeout_s:.0f} s")
-        finally:
-            dp.call(lambda: dp.tickers.remove(runner.tick))
         if runner.error:
             raise EngineError(f"perftest {self.opts.test.value}: {runner.error}")
 

@@ -22,7 +22,8 @@ from .compiler import STP_PRIORITY_LEAF, STP_PRIORITY_ROOT, STP_PRIORITY_SPINE, 
 from .congestion import CongestionPlan
 from .kinds import Homing, Kind
 from .knobs import FIRST_PRIVATE_32, LAST_PRIVATE_16, MAX_ASN
-from .records import BRIDGE, HOST_IFNAME, VXLAN_OVERHEAD, Interface, L2Plan, Link, Node, Plan, Route
+from .nodes import BRIDGE, HOST_IFNAME, VXLAN_OVERHEAD, Interface, L2Plan, Link, Node, Route
+from .records import Plan
 
 __all__ = [
     "BRIDGE", "FIRST_PRIVATE_32", "HOST_IFNAME", "LAST_PRIVATE_16", "MAX_ASN", "STP_PRIORITY_LEAF",

@@ -12,7 +12,7 @@ from ..errors import SpecError
 from ..spec import Addressing, FabricMode, Topology
 from ..units import parse_speed
 from .kinds import Homing, Kind
-from .records import Interface, Link, Route
+from .nodes import Interface, Link, Route
 from .skeleton import Skeleton, SkNode, links_spec
 
 

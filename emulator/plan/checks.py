@@ -7,7 +7,7 @@ import ipaddress
 
 from ..errors import SpecError
 from ..spec import Addressing, FabricMode, Links, Topology
-from .records import VXLAN_OVERHEAD
+from .nodes import VXLAN_OVERHEAD
 from .skeleton import links_spec
 
 

@@ -21,7 +21,8 @@ from .checks import check_topology
 from .congestion import CongestionPlan
 from .congestion import resolve as resolve_congestion
 from .kinds import Kind
-from .records import Interface, L2Plan, Link, Node, Plan
+from .nodes import Interface, L2Plan, Link, Node
+from .records import Plan
 from .skeleton import SkNode
 
 STP_PRIORITY_ROOT, STP_PRIORITY_SPINE, STP_PRIORITY_LEAF = 4096, 8192, 32768

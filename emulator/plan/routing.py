@@ -10,17 +10,35 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..spec import FabricMode
 from .kinds import Homing
-
-if TYPE_CHECKING:
-    from .records import Interface, Plan
+from .nodes import Interface, L2Plan, Node
 
 Origins = tuple[tuple[str, str | None], ...]  # (leaf, host): alive while that link is
 Target = tuple[str, Origins]  # (prefix, origins)
 Cut = frozenset[frozenset[str]]  # links, each as the pair of its ends
+
+
+class Plan(Protocol):
+    """What the routing model reads of a plan (records.Plan, which calls into this module
+    for its fib_targets, expected_widths and stp_tree: so this module cannot import it)."""
+
+    @property
+    def fabric(self) -> FabricMode: ...
+    @property
+    def l2(self) -> L2Plan | None: ...
+    @property
+    def routers(self) -> list[Node]: ...
+    @property
+    def hosts(self) -> list[Node]: ...
+    @property
+    def leaf_nodes(self) -> list[Node]: ...
+    @property
+    def frr_nodes(self) -> list[Node]: ...
+    def node(self, name: str) -> Node: ...
+    def fib_targets(self) -> list[Target]: ...
 
 
 def network(cidr: str) -> str:

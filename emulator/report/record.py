@@ -15,6 +15,7 @@ from typing import Any
 from ..experiment.analysis import rates
 from ..experiment.sampler import Sampler, pfc_snapshot
 from ..metrics.collectors import interface
+from ..metrics.snapshot import PortSample
 from ..plan import Plan
 from ..plan.congestion import ROCE_TC
 from .data import binned
@@ -29,7 +30,7 @@ class Recorder:
         self.series: list[tuple[float, float]] = []
         self.t0 = 0.0
         self.sampler: Sampler | None = None
-        self.ports: list[dict[str, Any]] = []
+        self.ports: list[PortSample] = []
         self.pfc0: dict[str, Any] = {}
         self.pfc1: dict[str, Any] = {}
         self.sent0: dict[str, float] = {}
@@ -99,7 +100,7 @@ class Recorder:
         for src, dst in senders:
             dsts.setdefault(src, set()).add(dst)
         return [{"name": f"{src} (port)", "src": src, "dst": ",".join(sorted(d)),
-                 "rate_series": rates([tuple(x) for x in by_host[src]])}
+                 "rate_series": rates([(t, v) for t, v in by_host[src]])}
                 for src, d in sorted(dsts.items())]
 
 

@@ -1,6 +1,7 @@
 """A lab's rxe hosts: each host of `hosts.kind: rxe` as an RxeVm, booted in parallel.
 
-`lab.up` boots them once routing has converged (the reach check pings from host
+`lab.up` boots them (through the rxe host kind, emulator/hosts/rxe.py) once routing has
+converged (the reach check pings from host
 namespaces, and an rxe host's namespace gives its address to its guest). Each QEMU
 carries the lab's tag, so `down` (and a rolled-back `up`) stops it by PID like any
 other lab process; the tap goes with the namespace.
@@ -12,12 +13,10 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
-from .. import state
+from .. import netns, procs, state
 from ..paths import lab_run_dir, node_run_dir
 from ..plan import Node, Plan
-from ..spec import HostKind
 from . import guest
 from .vm import RxeVm, VmError
 
@@ -51,10 +50,6 @@ def native_path(release: str | None = None, modules: str = "/lib/modules",
     return True, f"kernel {release} has per-namespace rxe (rocelab still boots guests)"
 
 
-def rxe_hosts(plan: Plan) -> list[Node]:
-    return [h for h in plan.hosts if h.host_kind is HostKind.RXE]
-
-
 def vm_for(plan: Plan, host: Node) -> RxeVm:
     port = host.interfaces[0]
     assert port.address, f"{host.name}: an rxe host's NIC has an address (plan)"
@@ -63,9 +58,9 @@ def vm_for(plan: Plan, host: Node) -> RxeVm:
                  run_dir=node_run_dir(plan.lab, host.name))
 
 
-def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict[str, dict[str, float]]:
-    """Boot every rxe host's guest at once; {host: {"pid", "boot_s", "rss_mib"}}."""
-    hosts = rxe_hosts(plan)
+def boot_all(plan: Plan, hosts: list[Node], undo: contextlib.ExitStack,
+             progress: Progress) -> dict[str, dict[str, float]]:
+    """Boot the guests of `hosts` (rxe hosts) at once; {host: {"pid", "boot_s", "rss_mib"}}."""
     if not hosts:
         return {}
     vms = [vm_for(plan, h) for h in hosts]
@@ -79,14 +74,15 @@ def boot_all(plan: Plan, undo: contextlib.ExitStack, progress: Progress) -> dict
     for vm in vms:  # registered before any starts: a failed boot stops the others too
         undo.callback(vm.stop)
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(vms)) as pool:
-        errors = [f.exception() for f in [pool.submit(vm.start, initrd=initrd) for vm in vms]]
-    failed = [e for e in errors if e is not None]
-    if failed:
-        raise failed[0] if isinstance(failed[0], VmError) else VmError(str(failed[0]))
+    try:  # netns.parallel: its threads end with their guest, and a rollback joins them
+        netns.parallel(lambda vm: vm.start(initrd=initrd), vms, workers=len(vms))
+    except VmError:
+        raise
+    except Exception as e:
+        raise VmError(str(e)) from e
     progress(f"rxe guests up in {time.monotonic() - t0:.1f} s")
     return {vm.name: {"pid": vm.pid or 0, "boot_s": round(vm.boot_s or 0.0, 2),
-                      "rss_mib": round((state.rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
+                      "rss_mib": round((procs.rss_kib(vm.pid or 0) or 0) / 1024, 1)} for vm in vms}
 
 
 def running(lab: str) -> dict[str, int]:

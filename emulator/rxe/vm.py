@@ -28,7 +28,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from .. import netns, rundirs, state
+from .. import netns, procs, rundirs
 from . import guest, guestfs
 from .channel import AgentError, Channel, hello
 
@@ -97,21 +97,26 @@ class RxeVm:
         guestfs.build_etc(self.etc, self.name)
         t0 = time.monotonic()
         self.wire()
-        with netns.entered(self.netns), open(self.run_dir / "qemu.log", "ab") as log:
-            self._proc = subprocess.Popen(
-                self.qemu_argv(kernel.vmlinuz, initrd), env=state.base_env(self.lab),
-                umask=rundirs.PRIVATE_UMASK,  # its agent sockets and files: 0600
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        self.pid = self._proc.pid
-        deadline = t0 + timeout_s
+        qemu = procs.start(self.lab, self.qemu_argv(kernel.vmlinuz, initrd),
+                           name=f"{self.name}'s QEMU", log=self.run_dir / "qemu.log",
+                           netns_name=self.netns, error=VmError,
+                           umask=rundirs.PRIVATE_UMASK)  # its agent sockets and files: 0600
+        self._proc, self.pid = qemu.proc, qemu.pid
+        hello_by = t0 + timeout_s
+        qemu.wait_ready(procs.Ready("the agent's hello", lambda: self._hello(hello_by, timeout_s)),
+                        timeout_s)
+        self.boot_s = time.monotonic() - t0
+
+    def _hello(self, deadline: float, timeout_s: float) -> bool:
+        """Once the agent said hello (this blocks); VmError with the console's tail if not by
+        `deadline`, or if QEMU exits first."""
         try:
             with self.channel(deadline) as ch:
                 hello(ch, deadline)
         except (TimeoutError, OSError, AgentError) as e:
             raise VmError(f"{self.name}: the guest did not come up within {timeout_s:.0f} s "
                           f"({e}); console: {self.console_tail()}") from None
-        self.boot_s = time.monotonic() - t0
+        return True
 
     def qemu_argv(self, vmlinuz: Path, initrd: Path) -> list[str]:
         import sys
@@ -183,7 +188,7 @@ class RxeVm:
 
     def stop(self) -> None:
         if self.pid is not None:
-            state.kill_pids([self.pid], self.lab)
+            procs.kill_pids([self.pid], self.lab)
         if self._proc is not None:
             self._proc.wait()
 

@@ -27,7 +27,7 @@ from typing import BinaryIO
 from .. import netns
 from ..errors import RocelabError
 from ..plan import Interface, Node, Plan
-from ..state import base_env, kill_pids
+from ..procs import base_env, kill_pids
 from . import lookup
 
 DEFAULT_COUNT = 100

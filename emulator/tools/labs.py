@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
-from .. import faults, netns, state
+from .. import faults, netns, procs, state
 from ..converge import bridge_forwarding_of, fib_widths_of, unrouted, user_config
 from ..errors import RocelabError
 from ..paths import lab_run_dir
@@ -184,7 +184,7 @@ def list_labs() -> list[LabRow]:
     for ns, lab in state.tagged_namespaces().items():
         ns_by_lab.setdefault(lab, set()).add(ns)
     pids_by_lab: dict[str, set[int]] = {}
-    for pid, lab in state.tagged_processes().items():
+    for pid, lab in procs.tagged_processes().items():
         if pid != os.getpid():
             pids_by_lab.setdefault(lab, set()).add(pid)
     labs = set(ns_by_lab) | set(pids_by_lab) | state.run_dir_labs()

@@ -21,7 +21,7 @@ from ..errors import RocelabError
 from ..frr import vtysh_argv
 from ..paths import node_run_dir
 from ..plan import Plan
-from ..state import base_env
+from ..procs import base_env
 from . import lookup
 
 TIMEOUT_S = 30.0

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from emulator import netns, state
+from emulator.procs import tagged_processes
 
 ROCELAB = str(Path(sys.executable).parent / "rocelab")
 # Lab names start with this; set ROCELAB_TEST_PREFIX to run two suites side by side.
@@ -99,7 +100,7 @@ def tree_listing(root: Path) -> list[str]:
 
 def leftovers(name_prefix: str = PREFIX) -> dict:
     ns = [n for n in netns.list_names() if n.startswith(name_prefix)]
-    procs = [p for p, tag in state.tagged_processes().items() if tag.startswith(name_prefix)]
+    procs = [p for p, tag in tagged_processes().items() if tag.startswith(name_prefix)]
     dirs = [d for d in state.run_dir_labs() if d.startswith(name_prefix)]
     return {k: v for k, v in {"namespaces": ns, "processes": procs, "run_dirs": dirs}.items() if v}
 

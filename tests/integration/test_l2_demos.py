@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from emulator import forwarding, lab, state
+from emulator import forwarding, lab, procs, state
 from emulator.errors import ExitCode
 from emulator.experiment import compare, runner
 
@@ -81,7 +81,7 @@ def test_storm_stays_in_the_lab_and_stops_on_time():
         after = sum(c["tx_packets"] for c in forwarding.port_counters(spine).values())
         assert after - before < 100  # the storm ran at ~40,000 frames/s through spine1
         # ... and the watchdog stood down when STP came back on.
-        mine = [pid for pid, tag in state.tagged_processes().items() if tag == plan.lab]
+        mine = [pid for pid, tag in procs.tagged_processes().items() if tag == plan.lab]
         assert not [p for p in mine if b"emulator.watchdog" in _cmdline(p)]
     finally:
         for lab_name in list(state.known_labs()):

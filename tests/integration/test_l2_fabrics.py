@@ -15,7 +15,7 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from emulator import bridge, netns, state
+from emulator import bridge, netns, procs, state
 from emulator.engine import client
 from emulator.engine.job import Job, Op
 from emulator.paths import node_run_dir
@@ -53,7 +53,7 @@ def test_l2_spanning_tree_is_the_planned_one(l2):
     assert bridges["leaf1"]["macs_learned"] >= 8  # every host MAC after the reach check
     # No FRR at all on an l2 fabric: no configs, no daemons.
     assert not any((node_run_dir(l2.name, n.name) / "zebra.conf").exists() for n in l2.plan.routers)
-    assert not [pid for pid, tag in state.tagged_processes().items() if tag == l2.name]
+    assert not [pid for pid, tag in procs.tagged_processes().items() if tag == l2.name]
 
 
 def test_l2_status_human_output_names_the_tree(l2):

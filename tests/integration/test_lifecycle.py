@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import netns, state
+from emulator import netns, procs
 from emulator.paths import lab_run_dir
 
 from .conftest import PREFIX, ROCELAB, cli, leftovers, poll
@@ -46,7 +46,7 @@ def test_sigkill_midway_then_down_leaves_nothing():
     proc = subprocess.Popen([ROCELAB, "up", "topologies/clos-2x4.yaml", "--name", name],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:  # kill once daemons run but before convergence
-        poll(lambda: any(tag == name for tag in state.tagged_processes().values()),
+        poll(lambda: any(tag == name for tag in procs.tagged_processes().values()),
              timeout=30, interval=0.01, what="first FRR daemon")
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -78,14 +78,14 @@ def test_down_all_with_a_prefix_removes_those_labs_and_nothing_else():
     foreign = f"{PREFIX}foreign-ns"  # an ordinary namespace someone else made
     other = f"{PREFIX}other-lab"  # not under the prefix given to down
     netns.create(foreign)
-    keeper = subprocess.Popen(["sleep", "600"], env=state.base_env(other), start_new_session=True)
+    keeper = subprocess.Popen(["sleep", "600"], env=procs.base_env(other), start_new_session=True)
     try:
         cli("up", "topologies/clos-2x4.yaml", "--name", f"{PREFIX}all-a")
         res = cli("down", "--all", "--prefix", f"{PREFIX}all-")
         assert f"lab {PREFIX}all-a:" in res.stdout and other not in res.stdout
         assert not traces(f"{PREFIX}all-a")
         assert netns.exists(foreign) and keeper.poll() is None
-        assert state.tagged_processes().get(keeper.pid) == other
+        assert procs.tagged_processes().get(keeper.pid) == other
     finally:
         keeper.kill()
         keeper.wait(10)

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from emulator import state
+from emulator import procs
 from emulator.experiment.actions import Timeline
 from emulator.experiment.spec import Action
 
@@ -61,7 +61,7 @@ def buckets(m: dict, name: str, **match: str) -> list[tuple[float, float]]:
 def test_up_started_the_exporter_in_the_root_namespace_on_loopback(lab):
     info, pid = lab.metrics, lab.metrics["pid"]
     assert info["url"].startswith("http://127.0.0.1:") and not info["url"].endswith(":0/metrics")
-    assert state.process_tag(pid) == lab.name  # tagged: `down` finds it even after a crash
+    assert procs.process_tag(pid) == lab.name  # tagged: `down` finds it even after a crash
     assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")  # root ns
     assert os.getsid(pid) == pid  # a session of its own: Ctrl-C at up's terminal is not for it
     m = scrape(info["url"])
@@ -140,7 +140,7 @@ def test_down_stops_the_exporter_by_pid_and_leaves_nothing(lab):
     pid, url = lab.metrics["pid"], lab.metrics["url"]
     out = lab.down().stdout
     assert "run dir" in out
-    assert not os.path.exists(f"/proc/{pid}") or state.process_tag(pid) != lab.name
+    assert not os.path.exists(f"/proc/{pid}") or procs.process_tag(pid) != lab.name
     with pytest.raises(OSError):
         urllib.request.urlopen(url, timeout=2)
     assert not leftovers(lab.name)

@@ -8,10 +8,16 @@ from emulator.experiment.analysis import (
     bottleneck,
     bytes_between,
     convergence_time,
-    jain,
     mean_rate,
     rates,
 )
+from emulator.stats import jain, p50_p99
+
+
+def test_p50_p99():
+    assert p50_p99([]) == (None, None)
+    assert p50_p99([0.3, 0.1, 0.2]) == (0.2, 0.3)
+    assert p50_p99([x / 7 for x in range(1, 101)], 4) == (7.2857, 14.1429)
 
 
 def test_jain():

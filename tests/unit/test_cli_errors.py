@@ -237,6 +237,9 @@ CASES = [
     cli(["diagnose", "--results", "{list_yaml}"], BAD_FILE),
     cli(["diagnose", FAKE, "--results", "{list_yaml}"], USAGE),
     lab(f"diagnose {FAKE} --src nosuchhost --window 1s", USAGE),
+    # --flow names a run's flow: refused on a live lab before root, the lab or any sampling
+    cli(f"diagnose {FAKE} --flow victim", USAGE),
+    cli("diagnose --flow victim --window 1s", USAGE),
     # graph (no root)
     cli(["graph", TOPO, "-o", "/nonexistent-dir/fabric.png"], ERROR),
     cli(["graph", TOPO, "-o", "/proc/fabric.png"], ERROR),
@@ -378,6 +381,20 @@ def test_fail_help_describes_the_fault_the_code_injects(rocelab):
     assert "carrier loss: both router ends of the link go down" in text
     assert "a host's own end stays up" in text
     assert "NO-CARRIER" not in text and "A's port goes down" not in text
+
+
+def test_diagnose_says_flow_needs_a_run_s_results(rocelab):
+    """A live window records no flows: the help and docs/diagnose.md say --flow needs
+    --results, and --flow on a live lab is one line naming --flow and what works instead,
+    before any sampling (an hour's window would time the test out)."""
+    text = " ".join(rocelab(["diagnose", "--help"]).stdout.split())
+    assert "--flow to a run's flow, so it needs --results" in text and "--flow victim" not in text
+    live = [ln for ln in (ROOT / "docs" / "diagnose.md").read_text().splitlines()
+            if ln.startswith("rocelab diagnose LAB")]
+    assert live and not any("--flow" in ln for ln in live), live
+    res = rocelab(["diagnose", FAKE, "--flow", "victim", "--window", "1h"])
+    assert_one_error_line(res, ExitCode.USAGE)
+    assert all(w in res.stderr for w in ("--flow", "--results", "--src and --dst")), res.stderr
 
 
 def test_the_hint_after_up_suggests_a_ping_that_ends(capsys):

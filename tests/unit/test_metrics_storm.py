@@ -17,22 +17,16 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from emulator import lab
 from emulator.congestion.controller import Controller
 from emulator.engine.job import Job, Op, flow_of
 from emulator.errors import RocelabError
 from emulator.experiment import actions
+from emulator.histogram import PFC_REACTION_BUCKETS, TRANSFER_BUCKETS, Histogram
+from emulator.metrics import launch as metrics_launch
 from emulator.metrics.collectors import events
 from emulator.metrics.collectors.dataplane import _pfc
 from emulator.metrics.exporter import Listen, exposition, reference_exposition, serve
-from emulator.metrics.model import (
-    PFC_REACTION_BUCKETS,
-    TRANSFER_BUCKETS,
-    Families,
-    Family,
-    Histogram,
-    Kind,
-)
+from emulator.metrics.model import Families, Family, Kind
 from emulator.metrics.scrape import build, load_capture
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
@@ -301,10 +295,10 @@ def test_up_refuses_a_taken_port_or_a_foreign_address_before_anything_exists():
         taken.listen(1)
         port = taken.getsockname()[1]
         with pytest.raises(RocelabError, match="cannot listen"):
-            lab.check_listen(f"127.0.0.1:{port}")
+            metrics_launch.check_listen(f"127.0.0.1:{port}")
     with pytest.raises(RocelabError, match="cannot listen"):
-        lab.check_listen("192.0.2.1:9464", expose=True)  # TEST-NET-1: not this machine's
-    lab.check_listen("127.0.0.1:0")
+        metrics_launch.check_listen("192.0.2.1:9464", expose=True)  # TEST-NET-1: not this machine's
+    metrics_launch.check_listen("127.0.0.1:0")
 
 
 @pytest.mark.parametrize("text", ["0.0.0.0:0", "[::]:0", ":::0", "192.0.2.1:9464",
@@ -313,7 +307,7 @@ def test_a_non_loopback_address_needs_the_opt_in(text):
     where = Listen.parse(text)
     assert where.exposed
     with pytest.raises(RocelabError, match="--expose-metrics"):
-        lab.check_listen(text)  # up's check, before anything exists
+        metrics_launch.check_listen(text)  # up's check, before anything exists
     with pytest.raises(RocelabError, match="not a loopback address"):
         serve(None, where)  # type: ignore[arg-type]  # refused before a socket is bound
 
@@ -321,7 +315,7 @@ def test_a_non_loopback_address_needs_the_opt_in(text):
 @pytest.mark.parametrize("text", ["127.0.0.1:0", "127.0.0.2:0", "[::1]:0"])
 def test_loopback_needs_no_opt_in(text):
     assert not Listen.parse(text).exposed
-    lab.check_listen(text)
+    metrics_launch.check_listen(text)
 
 
 def test_with_the_flag_an_exposed_address_gets_past_the_check_and_a_warning():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emulator import lab, names, paths, state
+from emulator import lab, names, paths, procs, state
 from emulator.api import Lab
 from emulator.cli import main
 from emulator.errors import BadNameError, ExitCode, RocelabError
@@ -105,7 +105,7 @@ def test_a_tag_or_directory_that_is_no_lab_name_is_no_lab(run_root, monkeypatch)
     root = run_root[0]
     (root / "Not_A_Lab").mkdir()
     (root / "good-lab").mkdir()
-    monkeypatch.setattr(state, "tagged_processes", lambda: {1: "..", 2: "/"})
+    monkeypatch.setattr(procs, "tagged_processes", lambda: {1: "..", 2: "/"})
     monkeypatch.setattr(state, "tagged_namespaces", lambda: {"x": "../x"})
     assert state.known_labs() == {"good-lab"}
 

@@ -121,14 +121,21 @@ def test_parallel_workers_end_on_their_own_after_an_interrupt(own_handlers):
     main = threading.main_thread().ident
     assert main is not None
 
-    gate, done = threading.Event(), []
+    gate, running, done = threading.Event(), threading.Event(), []
 
     def item(i: int) -> None:
+        running.set()
         gate.wait()
         done.append(i)
 
+    def interrupt() -> None:
+        # once an item runs (not after a fixed delay: on a loaded machine 50 ms can land
+        # before any worker started, and then no item runs at all)
+        running.wait()
+        signal.pthread_kill(main, signal.SIGINT)
+
     # Ctrl-C while the items run: a real signal to the main thread, which interrupts its join
-    threading.Timer(0.05, signal.pthread_kill, (main, signal.SIGINT)).start()
+    threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         netns.parallel(item, range(10))
     gate.set()

@@ -18,10 +18,11 @@ from typing import Any
 
 from ...congestion import libbpf
 from ...congestion.maps import MAX_PORTS, NTC, STAT, STAT_FIELDS
+from ...histogram import Histogram
 from ...paths import lab_run_dir
 from ...plan import Plan
 from ...plan.congestion import TCS
-from ..model import Families, Family, Histogram, Kind, Source
+from ..model import Families, Family, Kind, Source
 
 NAME = "dataplane"
 C, G = Kind.COUNTER, Kind.GAUGE

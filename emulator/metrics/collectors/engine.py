@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...engine.jsonlines import MAX_REPLY_LINE
+from ...histogram import Histogram
 from ...paths import node_run_dir
 from ...plan import Plan
-from ..model import Families, Family, Histogram, Kind, Labels, Source
+from ..model import Families, Family, Kind, Labels, Source
 
 NAME = "engine"
 TIMEOUT_S = 1.0

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
+from ...hosts import kind_of
 from ...plan import Plan
-from ...spec import HostKind
 from ..model import Families, Family, Kind, Source
 
 NAME = "rxe"
@@ -48,7 +48,7 @@ class Collector(Source):
 
     def __init__(self, plan: Plan):
         super().__init__(plan)
-        self.hosts = [h for h in plan.hosts if h.host_kind is HostKind.RXE]
+        self.hosts = [h for h in plan.hosts if kind_of(h).collector == NAME]  # its kind's
         self._pool = ThreadPoolExecutor(max(1, min(8, len(self.hosts))), "rxe-counters")
 
     def applies(self) -> bool:

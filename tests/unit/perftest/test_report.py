@@ -8,8 +8,8 @@ import pytest
 
 from emulator.errors import RocelabError
 from emulator.perftest import report
+from emulator.perftest.exchange import Test as PerfTest
 from emulator.perftest.session import Options
-from emulator.perftest.wire import Test as PerfTest
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "perftest"
 

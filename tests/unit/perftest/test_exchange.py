@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from emulator.errors import EngineError
-from emulator.perftest.wire import (
+from emulator.perftest.exchange import (
     DONE,
     KEY_MSG_SIZE_GID,
     BwReport,
@@ -25,7 +25,7 @@ from emulator.perftest.wire import (
     steps,
     version_number,
 )
-from emulator.perftest.wire import (
+from emulator.perftest.exchange import (
     Test as PerfTest,
 )
 
@@ -174,7 +174,7 @@ MAINS = {PerfTest.WRITE_BW: FakeC.write_bw, PerfTest.READ_BW: FakeC.write_bw, Pe
 
 
 def ours(ex: Exchange, test: PerfTest, qps: int, run_all: bool, duplex: bool) -> list[str]:
-    """Walk wire.steps as the engine's session does, without traffic; log like FakeC."""
+    """Walk exchange.steps as the engine's session does, without traffic; log like FakeC."""
     log: list[str] = []
     local = [Dest.for_ipv4("10.2.0.1", qpn=0x200 + i, psn=7, rkey=5, vaddr=0x2000) for i in range(qps)]
     sz = sizes(65536 if test.bw else 2, run_all)

@@ -1,38 +1,78 @@
-"""Transfers with an rxe host at one end (or both): the host side of emulator/rxe/kvpeer.py.
+"""rxe hosts (`hosts.kind: rxe`): Linux Soft-RoCE in a QEMU/TCG guest that takes the host's
+place in the fabric (emulator/rxe/, docs/rxe.md).
 
-The rxe end runs kvpeer in its guest through the agent: as the initiator when it is
-the side that posts (WRITE's source, READ's destination), else as a server on the
-guest's own TCP 18515, started (and listening) before the engine initiates. The
-engine end runs unchanged: kvpeer speaks its peer protocol. The result has an engine
-transfer's keys, plus `peer_digest` (the other end's hash) and `rxe` (each rxe end's
-hw_counters deltas); integrity_ok holds only if both ends' digests agree.
+`up` boots every guest once routing has converged (rxe/hosts.py). A transfer with an rxe
+end (or two) runs emulator/rxe/kvpeer.py in the guest through its agent: as the
+initiator when it is the side that posts (WRITE's source, READ's destination), else as
+a server on the guest's own TCP 18515, started (and listening) before the engine
+initiates. The engine end runs unchanged: kvpeer speaks its peer protocol. The result
+has an engine transfer's keys, plus `peer_digest` (the other end's hash) and `rxe` (each
+rxe end's hw_counters deltas); integrity_ok holds only if both ends' digests agree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import forwarding
 from ..engine import client
 from ..engine.job import Job, Op, TransferResult
 from ..errors import EngineError
 from ..plan import Node, Plan
+from ..rxe import guest
+from ..rxe import hosts as guests
+from ..rxe.vm import RxeVm, VmError
 from ..spec import HostKind
-from . import guest
-from .hosts import vm_for
-from .vm import RxeVm
+from .base import Booted, KindPlugin, Progress, TransferProgress
 
 PYTHON = "/usr/bin/python3"  # the system Python: Debian's python3-pyverbs is built for it
-SOURCE = Path(__file__).with_name("kvpeer.py")
+SOURCE = Path(guest.__file__).with_name("kvpeer.py")
 POLL_S = 0.25
 LISTEN_TIMEOUT_S = 60.0  # Python starting over 9p under TCG: ~1.5 s idle, more when loaded
-Progress = Callable[..., None]  # (bytes done, total, bytes sent), as client.transfer calls it
+# QEMU's RSS per guest, measured: 292-294 MiB after boot, 454-480 MiB after three 32 MiB
+# transfers (TCG's translation cache grows past the guest's RAM); budgeted as the guest's
+# whole RAM (384 MiB) plus 128 MiB of QEMU's own: 512
+GUEST_MB = RxeVm.memory_mib + 128
+
+
+class Rxe(KindPlugin):
+    kind: ClassVar[HostKind] = HostKind.RXE
+    engine: ClassVar[bool] = False
+    serial: ClassVar[bool] = True  # one kvpeer owns the guest's 18515; its counters are the device's
+    pair_rank: ClassVar[int] = 1  # kvpeer speaks the engine's peer protocol
+    probes_reach: ClassVar[bool] = False  # the namespace gave its address to the guest
+    boot_processes: ClassVar[int] = 1  # its QEMU
+    boot_memory_mb: ClassVar[float] = GUEST_MB
+    collector: ClassVar[str] = "rxe"
+
+    def boot(self, plan: Plan, hosts: list[Node], undo: contextlib.ExitStack,
+             progress: Progress) -> Booted:
+        return guests.boot_all(plan, hosts, undo, progress)
+
+    def transfer(self, plan: Plan, src: Node, dst: Node, job: Job,
+                 progress: TransferProgress | None = None) -> TransferResult:
+        return run(plan, src, dst, job, progress)
+
+    def exec(self, plan: Plan, node: Node, argv: list[str], env: dict[str, str],
+             hide: dict[str, str | None]) -> tuple[int | None, str, str]:
+        """In the guest, through its agent: the output once it exits, no stdin."""
+        try:
+            return guests.vm_for(plan, node).exec(argv)
+        except FileNotFoundError as e:  # its run dir: not a missing command
+            raise VmError(f"{node.name}: no rxe guest to run it in ({e})") from None
+
+    def why_not_engine(self, plan: Plan, node: Node) -> str:
+        return (f"{node.name} is an rxe host (Linux Soft-RoCE in a guest); only `rocelab "
+                f"transfer` and `rocelab kv` drive one: `rocelab exec {plan.lab} {node.name} "
+                "-- ib_write_bw ...` runs perftest there")
+
+
+KIND = Rxe()
 
 
 def is_rxe(node: Node) -> bool:
@@ -64,7 +104,7 @@ class GuestPeer:
             self.rc = self.vm.wait(self.job, timeout=timeout)
         return self.rc is not None
 
-    def until(self, wanted: str, deadline: float, progress: Progress | None = None) -> dict[str, Any]:
+    def until(self, wanted: str, deadline: float, progress: TransferProgress | None = None) -> dict[str, Any]:
         """Read events until one of kind `wanted` (forwarding progress); EngineError on error."""
         while True:
             exited = self.poll()
@@ -90,7 +130,7 @@ class GuestPeer:
 
 def serve(plan: Plan, host: Node, timeout_s: float) -> GuestPeer:
     """kvpeer listening on the guest's 18515 (returns once it listens)."""
-    peer = GuestPeer(vm_for(plan, host), ["serve", "--ip", host.address or "",
+    peer = GuestPeer(guests.vm_for(plan, host), ["serve", "--ip", host.address or "",
                                           "--timeout", str(timeout_s)])
     try:
         peer.until("listening", time.monotonic() + LISTEN_TIMEOUT_S)
@@ -101,16 +141,16 @@ def serve(plan: Plan, host: Node, timeout_s: float) -> GuestPeer:
 
 
 def run(plan: Plan, src: Node, dst: Node, job: Job,
-        progress: Progress | None = None) -> TransferResult:
-    """Move job's bytes from src to dst, either or both of them rxe hosts."""
+        progress: TransferProgress | None = None) -> TransferResult:
+    """Move job's bytes from src to dst, either or both of them rxe hosts (an engine end's
+    engine started)."""
     job = dataclasses.replace(job, extra={"flow": f"{src.name}->{dst.name}", **job.extra,
                                           "src": src.name, "dst": dst.name})
     initiator, responder = (src, dst) if job.op is Op.WRITE else (dst, src)
-    client.ensure_engines(plan, [h for h in (initiator, responder) if not is_rxe(h)])
     server = serve(plan, responder, job.timeout_s) if is_rxe(responder) else None
     try:
         if is_rxe(initiator):
-            peer = GuestPeer(vm_for(plan, initiator), [
+            peer = GuestPeer(guests.vm_for(plan, initiator), [
                 "initiate", "--ip", initiator.address or "", "--peer-ip", responder.address or "",
                 "--job", json.dumps(job.to_json(), separators=(",", ":"))])
             try:
@@ -138,13 +178,3 @@ def run(plan: Plan, src: Node, dst: Node, job: Job,
             server.stop()
     result["rxe"] = rxe
     return TransferResult(**result)  # type: ignore[typeddict-item]
-
-
-if __name__ == "__main__":  # python -m emulator.rxe.transfer LAB SRC DST SIZE [read]
-    from .. import state
-    from ..units import parse_size
-
-    lab_plan = state.lab_plan(sys.argv[1])
-    op = Op(sys.argv[5]) if len(sys.argv) > 5 else Op.WRITE
-    print(json.dumps(run(lab_plan, lab_plan.node(sys.argv[2]), lab_plan.node(sys.argv[3]),
-                         Job(op, size=parse_size(sys.argv[4]))), indent=1))

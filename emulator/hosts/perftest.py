@@ -1,8 +1,9 @@
 """`rocelab perftest` as library calls: run a test between two hosts, or serve one.
 
 An engine host's side runs in its engine (armed over the engine's unix
-socket); a host whose 18515 is a real perftest (an rxe host where the user
-started `ib_write_bw`) is simply connected to.
+socket, `client.call`; the engine's side is perftest.py); a host whose 18515
+is a real perftest (an rxe host where the user started `ib_write_bw`) is
+simply connected to.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from typing import Any
 
 from ..engine import client as engines
 from ..errors import EngineError
+from ..perftest.session import Options
 from ..plan import Node, Plan
-from ..spec import HostKind
-from .session import Options
+from . import kind_of
 
 SERVER_WAIT_S = 600.0
 
 
 def is_engine_host(host: Node) -> bool:
-    return host.host_kind is HostKind.ENGINE
+    return kind_of(host).engine
 
 
 def path_mtu(host: Node) -> int:
@@ -33,18 +34,11 @@ def path_mtu(host: Node) -> int:
 
 def _call(plan: Plan, host: Node, msg: dict[str, Any],
           on_armed: Callable[[], None] | None = None) -> dict[str, Any]:
-    with engines._connect(engines.sock_path(plan, host)) as ch:
-        ch.send(msg)
-        while True:
-            reply = ch.recv()
-            event = reply.pop("event", None)
-            if event == "armed":
-                if on_armed:
-                    on_armed()
-            elif event == "error":
-                raise EngineError(f"{host.name}: {reply['error']}")
-            elif event == "result":
-                return reply
+    def on_event(event: str, _reply: dict[str, Any]) -> None:
+        if event == "armed" and on_armed:
+            on_armed()
+
+    return engines.call(plan, host, msg, on_event)
 
 
 def serve(plan: Plan, host: Node, opts: Options, on_armed: Callable[[], None] | None = None,
