@@ -274,13 +274,9 @@ def earlier_export(out: Path) -> list[Path]:
         if entry.name != CONFIGS or entry.is_symlink() or not entry.is_dir():
             foreign.append(entry)
             continue
-        for node_dir in sorted(entry.iterdir()):
-            if node_dir.name not in nodes or node_dir.is_symlink() or not node_dir.is_dir():
-                foreign.append(node_dir)
-                continue
-            for f in sorted(node_dir.iterdir()):
-                (owned if f.name in NODE_FILES and f.is_file() and not f.is_symlink()
-                 else foreign).append(f)
+        mine, others = render.node_files(sorted(entry.iterdir()), nodes, NODE_FILES)
+        owned += mine
+        foreign += others
     if foreign:
         raise _refuse(out, f"holds {foreign[0].relative_to(out)}, which no rocelab export wrote")
     return owned

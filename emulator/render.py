@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import traceback
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,6 +302,22 @@ def host_script(plan: Plan, node: Node) -> str:
     return "\n".join(lines) + "\n"
 
 
+def node_files(entries: Iterable[Path], nodes: Collection[str],
+               names: Collection[str]) -> tuple[list[Path], list[Path]]:
+    """(owned, foreign) among `entries`, each meant to be a node's directory (a real one,
+    named after one of `nodes`) holding only regular files named in `names`: what an
+    earlier render or export wrote there, and anything else."""
+    owned: list[Path] = []
+    foreign: list[Path] = []
+    for entry in entries:
+        if entry.name not in nodes or entry.is_symlink() or not entry.is_dir():
+            foreign.append(entry)
+            continue
+        for f in sorted(entry.iterdir()):
+            (owned if f.name in names and f.is_file() and not f.is_symlink() else foreign).append(f)
+    return owned, foreign
+
+
 def _refuse(out: Path, why: str) -> RocelabError:
     return RocelabError(f"{out}: {why}; render into a new or empty directory, or over an earlier "
                         "rocelab render (nothing was changed)")
@@ -328,16 +345,9 @@ def earlier_render(out: Path) -> list[Path]:
         nodes = None
     if not nodes:
         raise _refuse(out, "its plan.json is not a rocelab plan")
-    owned, foreign = [plan_json], []
-    for entry in sorted(out.iterdir()):
-        if entry == plan_json:
-            continue
-        if entry.name not in nodes or entry.is_symlink() or not entry.is_dir():
-            foreign.append(entry)
-            continue
-        for f in sorted(entry.iterdir()):
-            (owned if f.name in RENDERED_CONFS and f.is_file() and not f.is_symlink()
-             else foreign).append(f)
+    owned, foreign = node_files((e for e in sorted(out.iterdir()) if e != plan_json), nodes,
+                                RENDERED_CONFS)
+    owned.insert(0, plan_json)
     if foreign:
         raise _refuse(out, f"holds {foreign[0].relative_to(out)}, which no rocelab render wrote")
     return owned
