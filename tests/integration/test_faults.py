@@ -27,8 +27,8 @@ KV = {"model": "llama3-70b", "tokens": 512}  # 160 MiB per handoff: ~1 s on this
 
 
 @pytest.fixture(scope="module")
-def fabric():
-    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}flt")
+def fabric(clos_unnumbered):
+    return clos_unnumbered  # shared: every test heals what it failed (assert_whole)
 
 
 @pytest.fixture(scope="module")
