@@ -58,8 +58,11 @@ def test_kv_handoff_rxe_to_engine(lab):
 
 
 def engine_retired(lab_, host: str) -> dict:
-    """The engine's counters over every QP it has retired (each transfer's, at its end)."""
-    return client.stats(lab_.plan, lab_.plan.node(host))["retired"]
+    """The engine's counters over every QP it has retired (each transfer's, at its end);
+    started if no transfer has yet (this test may run first)."""
+    node = lab_.plan.node(host)
+    client.ensure_engines(lab_.plan, [node])
+    return client.stats(lab_.plan, node)["retired"]
 
 
 def test_transfers_under_loss(lab):
