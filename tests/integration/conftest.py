@@ -36,6 +36,7 @@ SYSCTLS = [
     *[f"net/{fam}/neigh/default/gc_thresh{n}" for fam in ("ipv4", "ipv6") for n in (1, 2, 3)],
 ]
 HOST_FRR_CONFIG, HOST_FRR_RUN = Path("/etc/frr"), Path("/run/frr")
+UNNUM = f"{PREFIX}unnum"  # clos_unnumbered's lab, shared by the session
 # Modules whose tests need longer than pytest-timeout's default (pyproject.toml): the
 # bound covers the module's lab coming up in its first test. Seconds.
 LONG = {"test_scale.py": 900, "test_rxe.py": 900, "test_rxe_ecn.py": 900,
@@ -171,9 +172,13 @@ def rxe_vm(lab_: Lab, host: str):
     return vm_for(lab_.plan, lab_.plan.node(host))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def clos_unnumbered():
-    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}unnum")
+    """clos-2x4, up once for every module that needs the plain fabric and leaves it as it
+    found it (faults healed, loss cleared): test_fabric, test_engine, test_exec_isolation,
+    test_faults, test_gray and test_perftest. A module that brings it down, or needs it
+    fresh (test_cli_tools reads its age, test_vtysh_confined restarts it), has its own."""
+    yield from make_lab("topologies/clos-2x4.yaml", UNNUM)
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,14 @@ from emulator.errors import ExitCode
 from emulator.roce.fastpath import FrameBuilder, Segment
 from emulator.roce.headers import Opcode
 
-from .conftest import PREFIX, cli, engine_identity, make_lab, poll
+from .conftest import cli, engine_identity, poll
 
 MIB64 = "64MiB"
 
 
 @pytest.fixture(scope="module")
-def fabric():
-    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}eng")
+def fabric(clos_unnumbered):
+    return clos_unnumbered  # shared: every test clears the loss it sets
 
 
 def transfer(lab, *args: str, check: bool = True) -> dict:

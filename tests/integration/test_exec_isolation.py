@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PREFIX, ROCELAB, make_lab
+from .conftest import ROCELAB
 
 HOST_FRR = Path(os.path.realpath("/var/run/frr"))
 DECOY = Path(__file__).with_name("frr_decoy.py")
 
 
 @pytest.fixture(scope="module")
-def clos():
-    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}exec")
+def clos(clos_unnumbered):
+    return clos_unnumbered
 
 
 @pytest.fixture(scope="module")

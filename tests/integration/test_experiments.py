@@ -4,11 +4,15 @@ and faults scheduled on an experiment's timeline."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import matplotlib.image as mpimg
+import numpy as np
 import pytest
 import yaml
 
 from .conftest import PREFIX, cli, leftovers, make_lab
+from .test_telemetry import PICTURES
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +42,6 @@ def incast(cc, tmp_path_factory):
 
 
 def test_diagnose_finds_the_incast_with_dcqcn_healthy(incast):
-    from pathlib import Path
-
     found = diagnosed(Path(incast["out"]), 0)
     assert all(f["severity"] == "info" for f in found), found
 
@@ -52,6 +54,21 @@ def test_incast_is_fair_marked_and_lossless(incast):
     assert sum(p["ce_marked"] for p in r["ports"]) > 0
     assert r["dilation"] == 4000 and all(f["fct_real_s"] == pytest.approx(f["fct_s"] / 4000)
                                          for f in r["flows"])
+
+
+def test_the_incast_report_has_every_plot(incast):
+    out = Path(incast["out"])
+    for name in PICTURES + ("report.md", "report.html"):
+        assert (out / name).stat().st_size > 1000, name
+    for name in ("flow_rates.png", "queue_depth.png", "latency_cdf.png", "ecmp_spread.png",
+                 "topology.png"):  # these always have data in an incast: look at them
+        img = mpimg.imread(out / name)[..., :3]
+        ink = np.mean(np.any(img < 0.9, axis=-1))
+        colours = len(np.unique((img * 15).astype(int).reshape(-1, 3), axis=0))
+        assert img.shape[1] >= 600 and ink > 0.02 and colours >= 8, (name, ink, colours)
+    md = (out / "report.md").read_text()
+    assert md.startswith("# incast") and all(f"({p})" in md for p in PICTURES if p.endswith(".png"))
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == 6
 
 
 def test_incast_keeps_the_bottleneck_busy_with_a_queue_held_by_ecn(incast):

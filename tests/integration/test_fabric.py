@@ -9,7 +9,7 @@ import pytest
 from emulator import converge
 from emulator.plan import Kind
 
-from .conftest import PREFIX, cli, poll
+from .conftest import cli, poll
 
 
 @pytest.mark.parametrize("fixture", ["clos_unnumbered", "clos_numbered"])
@@ -80,25 +80,3 @@ def test_rendered_configs_are_what_runs(clos_numbered, tmp_path):
         for conf in ("zebra.conf", "bgpd.conf"):
             assert (tmp_path / node.name / conf).read_text() == \
                 (node_run_dir(clos_numbered.name, node.name) / conf).read_text()
-
-
-
-def test_bfd_topology_runs_bfdd_with_every_session_up():
-    from emulator.frr import vtysh_json
-
-    from .conftest import make_lab
-    gen = make_lab("topologies/clos-2x4-bfd.yaml", f"{PREFIX}bfd")
-    lab = next(gen)
-    try:
-        assert lab.status()["converged"]
-        for node in lab.plan.routers:
-            want = sum(1 for i in node.interfaces if i.fabric)
-            def up_peers(node=node, want=want):
-                peers = vtysh_json(lab.name, node.name, "show bfd peers json", daemon="bfdd")
-                up = [p for p in peers if p.get("status") == "up"]
-                return up if len(up) == want else None
-
-            peers = poll(up_peers, what=f"{want} BFD peers up on {node.name}")
-            assert {p["transmit-interval"] for p in peers} == {100}
-    finally:
-        gen.close()

@@ -1,7 +1,7 @@
 """Faults on real fabrics: transfers in flight survive, convergence is measured, heal restores.
 
 Three labs: clos-2x4 (BGP keepalive 3 / hold 9, no BFD), clos-2x4-bfd (BFD
-100 ms x 3) and clos-2x4-shorthold (keepalive 1 / hold 3, no BFD). Timing
+100 ms x 3, every session up in bfdd) and clos-2x4-shorthold (keepalive 1 / hold 3, no BFD). Timing
 bounds are generous: the machine has two cores and other suites run beside us.
 """
 
@@ -18,6 +18,7 @@ from emulator import converge, faults, workload
 from emulator.engine.job import Job, Op
 from emulator.faults import effects as fault_effects
 from emulator.faults import impact
+from emulator.frr import vtysh_json
 from emulator.paths import lab_run_dir
 
 from .conftest import PREFIX, cli, leftovers, make_lab, poll
@@ -26,8 +27,8 @@ KV = {"model": "llama3-70b", "tokens": 512}  # 160 MiB per handoff: ~1 s on this
 
 
 @pytest.fixture(scope="module")
-def fabric():
-    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}flt")
+def fabric(clos_unnumbered):
+    return clos_unnumbered  # shared: every test heals what it failed (assert_whole)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,20 @@ def test_carrier_loss_on_a_leaf_uplink_during_a_4qp_kv_transfer(fabric):
     assert [e["action"] for e in res["events"]] == ["fail", "heal"]
     assert all(e["time"] and e["monotonic"] for e in res["events"])
     assert_whole(fabric)
+
+
+def test_bfd_topology_runs_bfdd_with_every_session_up(bfd_lab):
+    assert bfd_lab.status()["converged"]
+    for node in bfd_lab.plan.routers:
+        want = sum(1 for i in node.interfaces if i.fabric)
+
+        def up_peers(node=node, want=want):
+            peers = vtysh_json(bfd_lab.name, node.name, "show bfd peers json", daemon="bfdd")
+            up = [p for p in peers if p.get("status") == "up"]
+            return up if len(up) == want else None
+
+        peers = poll(up_peers, what=f"{want} BFD peers up on {node.name}")
+        assert {p["transmit-interval"] for p in peers} == {100}
 
 
 def test_silent_failure_bfd_against_hold_timer(bfd_lab, hold_lab, tmp_path):

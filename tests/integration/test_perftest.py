@@ -10,15 +10,14 @@ import pytest
 from emulator.errors import ExitCode
 from emulator.perftest import report
 
-from .conftest import PREFIX, cli, leftovers, make_lab
+from .conftest import UNNUM, cli
 
-LAB = f"{PREFIX}pt-clos"  # under the suite's prefix: the session's leftover check sees it
+LAB = UNNUM  # conftest's clos_unnumbered: the session's leftover check covers it
 
 
 @pytest.fixture(scope="module")
-def fabric():
-    yield from make_lab("topologies/clos-2x4.yaml", LAB)
-    assert not leftovers(LAB)
+def fabric(clos_unnumbered):
+    return clos_unnumbered
 
 
 def perftest(*args: str, check: bool = True):

@@ -21,17 +21,10 @@ from emulator.perftest import report
 from emulator.roce.icrc import check_icrc
 from emulator.roce.pcap import read_pcap
 
-from .conftest import PREFIX, ROCELAB, cli, make_rxe_lab, poll, rxe_vm, wait_for_line
+from ..conftest import ROCELAB, cli, poll, rxe_vm, wait_for_line
+from .conftest import NAME
 
-NAME = f"{PREFIX}rxi"
 PERFTEST_PORT = 18515
-
-
-@pytest.fixture(scope="module")
-def lab():
-    yield from make_rxe_lab("topologies/clos-2x4-rxe.yaml", NAME)
-
-
 vm = rxe_vm
 
 

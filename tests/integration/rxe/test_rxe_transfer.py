@@ -11,9 +11,9 @@ import pytest
 
 from emulator.engine import client
 
-from .conftest import PREFIX, cli, make_rxe_lab, rxe_vm
+from ..conftest import cli, rxe_vm
+from .conftest import NAME
 
-NAME = f"{PREFIX}rxekv"
 SIZE = 3 << 20
 PACKETS = SIZE // 4096  # the data packets at the default 4096 MTU
 # (src, dst, op, the rxe counter and the engine counter that move when frames are lost)
@@ -24,11 +24,6 @@ CASES = [
     ("decode2", "prefill1", "read", "completer_retry_err", "duplicates"),  # rxe re-READs
 ]
 IDS = [f"{op}-{src}-{dst}" for src, dst, op, *_ in CASES]
-
-
-@pytest.fixture(scope="module")
-def lab():
-    yield from make_rxe_lab("topologies/clos-2x4-rxe.yaml", NAME)
 
 
 def transfer(src: str, dst: str, op: str) -> dict:
@@ -63,8 +58,11 @@ def test_kv_handoff_rxe_to_engine(lab):
 
 
 def engine_retired(lab_, host: str) -> dict:
-    """The engine's counters over every QP it has retired (each transfer's, at its end)."""
-    return client.stats(lab_.plan, lab_.plan.node(host))["retired"]
+    """The engine's counters over every QP it has retired (each transfer's, at its end);
+    started if no transfer has yet (this test may run first)."""
+    node = lab_.plan.node(host)
+    client.ensure_engines(lab_.plan, [node])
+    return client.stats(lab_.plan, node)["retired"]
 
 
 def test_transfers_under_loss(lab):
