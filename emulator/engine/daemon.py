@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,28 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 ACK_TIMEOUT_BACKOFF = 16  # a flow's ack_timeout doubles per retry up to this many times it
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A transfer's moments (time.monotonic): set-up began, the data began, the data ended."""
+
+    setup: float
+    start: float
+    end: float
+
+    @property
+    def data_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def setup_s(self) -> float:
+        return self.start - self.setup
+
+    @property
+    def handoff_s(self) -> float:
+        """From asking for the transfer to holding its data."""
+        return self.end - self.setup
 
 
 class Engine:
@@ -302,8 +324,9 @@ class Engine:
         finally:  # a failed transfer must not leave QPs or memory behind
             self.dp.call(lambda: (self.dp.remove(qpns), self.dp.memory.deregister(mr)))
         mine = digest(buf, segments, "src" if holds_source else "dst")
-        self.dp.call(lambda: self._finished(flow, t1 - t0, t1 - t_setup))
-        return self._result(job, qps, counters, fin, mine, watch, t_setup, t0, t1)
+        timing = Timing(t_setup, t0, t1)
+        self.dp.call(lambda: self._finished(flow, timing.data_s, timing.handoff_s))
+        return self._result(job, qps, counters, fin, mine, watch, timing)
 
     def _post(self, job: Job, qps: list[QueuePair], segments, buf: bytearray, reply: dict,
               peer_ips: list[str], watch: Watch, flow: FlowKey) -> None:
@@ -332,16 +355,16 @@ class Engine:
         if watch.error:
             raise EngineError(f"transfer failed: {watch.error}")
 
-    def _result(self, job: Job, qps, counters, fin, mine, watch, t_setup, t0, t1) -> dict[str, Any]:
+    def _result(self, job: Job, qps, counters, fin, mine, watch, timing: Timing) -> dict[str, Any]:
         ours = list(counters.values())
         theirs = list(fin.get("counters", {}).values())
         total = {k: sum(c.get(k, 0) for c in ours + theirs) for k in SUM_KEYS}
         receivers = theirs if job.op is Op.WRITE else ours  # where the data lands
         interruption = max((c.get("max_rx_gap_s", 0.0) for c in receivers), default=0.0)
-        dur = max(t1 - t0, 1e-9)
+        dur = max(timing.data_s, 1e-9)
         return {
             "op": job.op.value, "bytes": job.payload_bytes, "duration_s": round(dur, 6),
-            "setup_s": round(t0 - t_setup, 6), "handoff_s": round(t1 - t_setup, 6),
+            "setup_s": round(timing.setup_s, 6), "handoff_s": round(timing.handoff_s, 6),
             "goodput_gbps": round(job.payload_bytes * 8 / dur / 1e9, 4),
             "messages": watch.expected, "integrity_ok": mine == fin.get("digest"),
             "digest": mine, "interruption_s": interruption, **total,

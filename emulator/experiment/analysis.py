@@ -220,13 +220,25 @@ class FlowRecord:
             else None
 
 
-def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[PortSample],
-              events: list[dict], pfc0: dict, pfc1: dict,
-              lossless_drops: int | None, counters: traffic.Recording | None = None,
-              measured: dict[str, Any] | None = None,
-              evidence: dict[str, Any] | None = None) -> Results:
+@dataclass(frozen=True)
+class Recordings:
+    """What one run recorded, as `summarize` reads it."""
+
+    flows: list[FlowRecord]
+    ports: list[PortSample]
+    events: list[dict]  # the timeline's
+    pfc0: dict  # the PFC controller's snapshot (pfc.json) before the run
+    pfc1: dict  # and after it
+    lossless_drops: int | None  # None: no congestion model
+    counters: traffic.Recording | None = None
+    measured: dict[str, Any] | None = None
+    evidence: dict[str, Any] | None = None
+
+
+def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
     """results.json's content from a run's recordings (see docs/congestion.md for its keys)."""
     cp = plan.congestion
+    flows, ports, events, pfc0, pfc1 = rec.flows, rec.ports, rec.events, rec.pfc0, rec.pfc1
     flow_out = [flow_summary(f, plan.dilation) for f in flows]
     starts = [f["start_s"] for f in flow_out]
     ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
@@ -253,14 +265,14 @@ def summarize(exp: Experiment, plan: Plan, flows: list[FlowRecord], ports: list[
                 "paused_s": paused_between(pfc0, pfc1)},
         "phases": {name: phase(members, flow_out, series, ports)
                    for name, members in exp.phases.items()},
-        "lossless_drops": lossless_drops,
+        "lossless_drops": rec.lossless_drops,
         "integrity_ok": all(f["integrity_ok"] for f in flow_out),
         "expectations": [],
         "summary": summary(flow_out, events, plan.dilation),
-        "traffic": traffic.summarize(plan, counters, [(f.src, f.dst) for f in flows])
-        if counters is not None else None,
-        "measured": dict(measured or {}),
-        "evidence": evidence,
+        "traffic": traffic.summarize(plan, rec.counters, [(f.src, f.dst) for f in flows])
+        if rec.counters is not None else None,
+        "measured": dict(rec.measured or {}),
+        "evidence": rec.evidence,
     }
     out["expectations"] = [expect_lines.evaluate(dict(out), expect_lines.parse(line)) for line in exp.expect]
     return out

@@ -368,10 +368,10 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
         for finish in finishers:
             measured.update(finish())
     ports = sampler.stop() if sampler else []
-    return analysis.summarize(exp, plan, [f.record(t0) for f in flows], ports, timeline.events,
-                              pfc0, pfc_snapshot(plan),
-                              lossless_drops(plan) if plan.congestion else None,
-                              counters=recorded, measured=measured, evidence=evidence)
+    return analysis.summarize(exp, plan, analysis.Recordings(
+        [f.record(t0) for f in flows], ports, timeline.events, pfc0, pfc_snapshot(plan),
+        lossless_drops(plan) if plan.congestion else None,
+        counters=recorded, measured=measured, evidence=evidence))
 
 
 def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -167,45 +168,76 @@ def steps(test: Test, client: bool, run_all: bool = False, duplex: bool = False,
           duration: bool = False) -> list[tuple[Step, int]]:
     """The sequence of `test`'s main() for one role: (step, size index) pairs, the index
     into `sizes(...)` for RUN (and the syncs and reports around it), else 0."""
-    n = MAX_POW - 1 if run_all else 1
-    s: list[tuple[Step, int]] = [(Step.VERSIONS, 0), (Step.SYS, 0), (Step.MTU, 0), (Step.SETUP, 0)]
-    if test in (Test.WRITE_BW, Test.READ_BW):
-        s += [(Step.KEYS, 0), (Step.CONNECT, 0), (Step.KEYS, 0), (Step.SYNC, 0)]
-        if not client and not duplex:  # the server just waits for the client to finish
-            return s + [(Step.SYNC, 0), (Step.REPORTS, 0), (Step.CLOSE, 0), (Step.END, 0)]
-        for i in range(n):
-            if duplex:
-                s.append((Step.SYNC, i))
-            s.append((Step.RUN, i))
-            if duplex and run_all:  # "version >= 4.6": every 4.x-6.x build
-                s.append((Step.SYNC, i))
-            if duplex:
-                s.append((Step.REPORTS, i))
-        if client and not duplex:
-            s += [(Step.SYNC, 0), (Step.REPORTS, 0)]
-        return s + [(Step.CLOSE, 0), (Step.END, 0)]
-    if test is Test.SEND_BW:
-        s += [(Step.KEYS, 0), (Step.CONNECT, 0), (Step.SYNC, 0), (Step.KEYS, 0)]
-        for i in range(n):
-            s += [(Step.SYNC, i), (Step.RUN, i)]
-            if duplex and not duration:
-                s.append((Step.REPORTS, i))
-            if run_all:
-                s.append((Step.SYNC, i))
-        return s + [(Step.CLOSE, 0), (Step.END, 0)]
-    if test is Test.WRITE_LAT:
-        s += [(Step.SYNC, 0), (Step.KEYS, 0), (Step.CONNECT, 0), (Step.KEYS, 0), (Step.SYNC, 0)]
-        return s + [(Step.RUN, i) for i in range(n)] + [(Step.END, 0)]  # no close: exit
-    if test is Test.READ_LAT:
-        s += [(Step.SYNC, 0), (Step.KEYS, 0), (Step.CONNECT, 0), (Step.KEYS, 0), (Step.SYNC, 0)]
-        if not client:  # only the client posts READs
-            return s + [(Step.CLOSE, 0), (Step.END, 0)]
-        return s + [(Step.RUN, i) for i in range(n)] + [(Step.CLOSE, 0), (Step.END, 0)]
-    # SEND_LAT
-    s += [(Step.KEYS, 0), (Step.CONNECT, 0), (Step.SYNC, 0), (Step.KEYS, 0)]
-    for i in range(n):
+    main = _Main(client, MAX_POW - 1 if run_all else 1, run_all, duplex, duration)
+    head = [(Step.VERSIONS, 0), (Step.SYS, 0), (Step.MTU, 0), (Step.SETUP, 0)]
+    return head + _AFTER_SETUP[test](main)
+
+
+@dataclass(frozen=True)
+class _Main:
+    """How one main() was started: its role and the flags that shape its sequence."""
+
+    client: bool
+    n: int  # message sizes: 23 with -a, else 1
+    run_all: bool
+    duplex: bool
+    duration: bool
+
+
+_CLOSE = ((Step.CLOSE, 0), (Step.END, 0))  # ctx_close_connection, then exit
+
+
+def _rdma_bw(m: _Main) -> list[tuple[Step, int]]:
+    """write_bw.c and read_bw.c: only the client (or both, duplex) runs traffic."""
+    s = [(Step.KEYS, 0), (Step.CONNECT, 0), (Step.KEYS, 0), (Step.SYNC, 0)]
+    if not m.client and not m.duplex:  # the server just waits for the client to finish
+        return [*s, (Step.SYNC, 0), (Step.REPORTS, 0), *_CLOSE]
+    for i in range(m.n):
+        if m.duplex:
+            s.append((Step.SYNC, i))
+        s.append((Step.RUN, i))
+        if m.duplex and m.run_all:  # "version >= 4.6": every 4.x-6.x build
+            s.append((Step.SYNC, i))
+        if m.duplex:
+            s.append((Step.REPORTS, i))
+    if m.client and not m.duplex:
+        s += [(Step.SYNC, 0), (Step.REPORTS, 0)]
+    return [*s, *_CLOSE]
+
+
+def _send_bw(m: _Main) -> list[tuple[Step, int]]:
+    s = [(Step.KEYS, 0), (Step.CONNECT, 0), (Step.SYNC, 0), (Step.KEYS, 0)]
+    for i in range(m.n):
         s += [(Step.SYNC, i), (Step.RUN, i)]
-    return s + [(Step.CLOSE, 0), (Step.END, 0)]
+        if m.duplex and not m.duration:
+            s.append((Step.REPORTS, i))
+        if m.run_all:
+            s.append((Step.SYNC, i))
+    return [*s, *_CLOSE]
+
+
+def _write_lat(m: _Main) -> list[tuple[Step, int]]:
+    s = [(Step.SYNC, 0), (Step.KEYS, 0), (Step.CONNECT, 0), (Step.KEYS, 0), (Step.SYNC, 0)]
+    return s + [(Step.RUN, i) for i in range(m.n)] + [(Step.END, 0)]  # no close: exit
+
+
+def _read_lat(m: _Main) -> list[tuple[Step, int]]:
+    s = [(Step.SYNC, 0), (Step.KEYS, 0), (Step.CONNECT, 0), (Step.KEYS, 0), (Step.SYNC, 0)]
+    if not m.client:  # only the client posts READs
+        return [*s, *_CLOSE]
+    return s + [(Step.RUN, i) for i in range(m.n)] + [*_CLOSE]
+
+
+def _send_lat(m: _Main) -> list[tuple[Step, int]]:
+    s = [(Step.KEYS, 0), (Step.CONNECT, 0), (Step.SYNC, 0), (Step.KEYS, 0)]
+    for i in range(m.n):
+        s += [(Step.SYNC, i), (Step.RUN, i)]
+    return [*s, *_CLOSE]
+
+
+_AFTER_SETUP: dict[Test, Callable[[_Main], list[tuple[Step, int]]]] = {
+    Test.WRITE_BW: _rdma_bw, Test.READ_BW: _rdma_bw, Test.SEND_BW: _send_bw,
+    Test.WRITE_LAT: _write_lat, Test.READ_LAT: _read_lat, Test.SEND_LAT: _send_lat}
 
 
 class Exchange:

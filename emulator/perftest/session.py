@@ -140,6 +140,15 @@ class Session:
                 "rows": [report.to_json(r) for r in self.rows]}
 
     def _step(self, ex: Exchange, step: Step, size: int) -> None:
+        self._connection_step(ex, step)
+        if self.keyed == 2 and not self.headed and step is not Step.KEYS:
+            self.headed = True  # after the QPs' addresses, as the mains print it
+            self.out.append(report.addresses(self.opts.test, self.local, self.remote)
+                            + report.header(self.opts.test, bool(self.opts.duration)))
+        self._measure_step(ex, step, size)
+
+    def _connection_step(self, ex: Exchange, step: Step) -> None:
+        """The steps up to the traffic: the exchange, the QPs and the banner."""
         o = self.opts
         if step is Step.VERSIONS:
             ex.versions()
@@ -159,29 +168,33 @@ class Session:
             self._connect()
         elif step is Step.SYNC:
             ex.keys(self.local[0])
-        if self.keyed == 2 and not self.headed and step is not Step.KEYS:
-            self.headed = True  # after the QPs' addresses, as the mains print it
-            self.out.append(report.addresses(o.test, self.local, self.remote)
-                            + report.header(o.test, bool(o.duration)))
+
+    def _measure_step(self, ex: Exchange, step: Step, size: int) -> None:
+        """The traffic, the reports and the end, each closing the output as perftest does."""
         if step is Step.RUN:
             self._run(size)
         elif step is Step.REPORTS:
-            mine = self.mine or BwReport(o.msg_size, 0, 0.0, 0.0, 0.0)
-            theirs = ex.reports(mine)
-            if not o.duplex and not self.client:  # the half-duplex server prints the client's
-                self._row(report.BwRow(theirs.size, theirs.iters, theirs.bw_peak, theirs.bw_avg,
-                                       theirs.msg_rate))
-            elif o.duplex:  # both directions summed
-                self.rows[-1] = row = report.BwRow(mine.size, mine.iters,
-                                                   mine.bw_peak + theirs.bw_peak,
-                                                   mine.bw_avg + theirs.bw_avg,
-                                                   mine.msg_rate + theirs.msg_rate)
-                self.out[-1] = report.bw_row(row)
+            self._reports(ex)
         elif step is Step.CLOSE:
             self.out.append(report.RESULT_LINE)
             ex.close(self.local[0])
         elif step is Step.END and not self.out[-1] == report.RESULT_LINE:
             self.out.append(report.RESULT_LINE)
+
+    def _reports(self, ex: Exchange) -> None:
+        """xchg_bw_reports: the half-duplex server prints the client's row, duplex the sum."""
+        o = self.opts
+        mine = self.mine or BwReport(o.msg_size, 0, 0.0, 0.0, 0.0)
+        theirs = ex.reports(mine)
+        if not o.duplex and not self.client:  # the half-duplex server prints the client's
+            self._row(report.BwRow(theirs.size, theirs.iters, theirs.bw_peak, theirs.bw_avg,
+                                   theirs.msg_rate))
+        elif o.duplex:  # both directions summed
+            self.rows[-1] = row = report.BwRow(mine.size, mine.iters,
+                                               mine.bw_peak + theirs.bw_peak,
+                                               mine.bw_avg + theirs.bw_avg,
+                                               mine.msg_rate + theirs.msg_rate)
+            self.out[-1] = report.bw_row(row)
 
     # -- resources ------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import SpecError
 from ..names import NODE_NAME
-from ..spec import Links, Role, Topology
+from ..spec import Links, LinkSpec, NodeSpec, Role, Topology
 from ..units import parse_speed
 from .kinds import Homing, Kind
 
@@ -134,8 +134,20 @@ def _generated_hosts(topo: Topology, source: str, leaves: list[SkNode]
 def _explicit(topo: Topology, source: str) -> Skeleton:
     """The escape hatch: `nodes:` and a list of `links:`, checked like generated ones."""
     assert topo.nodes is not None and isinstance(topo.links, list)
+    nodes = _explicit_nodes(topo.nodes, source)
+    links = _explicit_links(topo.links, source, {n.name: n for n in nodes})
+    for n in nodes:
+        mine = [link for link in links if n.name in (link.a, link.b)]
+        if not mine:
+            raise SpecError(source, f"nodes.{n.name}", "has no links")
+        if n.kind is Kind.HOST:
+            n.homing = _homing(n.name, topo.nodes[n.name].attach, mine, source)
+    return Skeleton(nodes, links)
+
+
+def _explicit_nodes(specs: dict[str, NodeSpec], source: str) -> list[SkNode]:
     nodes: list[SkNode] = []
-    for name, spec in topo.nodes.items():
+    for name, spec in specs.items():
         if not re.fullmatch(NODE_NAME, name):
             raise SpecError(source, f"nodes.{name}", "a node name is 1-12 lowercase letters and "
                             "digits, starting with a letter (it names interfaces too)")
@@ -146,9 +158,13 @@ def _explicit(topo: Topology, source: str) -> Skeleton:
             raise SpecError(source, f"nodes.{name}.asn", "hosts run no BGP")
         nodes.append(SkNode(name, Kind(spec.kind), role=spec.role or (
             Role.PREFILL.value if spec.kind == "host" else None), asn=spec.asn))
-    index = {n.name: n for n in nodes}
+    return nodes
+
+
+def _explicit_links(specs: list[LinkSpec], source: str, index: dict[str, SkNode]
+                    ) -> list[SkLink]:
     links: list[SkLink] = []
-    for i, item in enumerate(topo.links):
+    for i, item in enumerate(specs):
         a, b = item.endpoints
         for end in (a, b):
             if end not in index:
@@ -160,21 +176,19 @@ def _explicit(topo: Topology, source: str) -> Skeleton:
         if Kind.HOST in (ka, kb) and {ka, kb} != {Kind.HOST, Kind.LEAF}:
             raise SpecError(source, f"links.{i}.endpoints", f"{a}-{b}: a host links only to leaves")
         links.append(SkLink(a, b, parse_speed(item.speed), item.mtu))
-    for n in nodes:
-        mine = [link for link in links if n.name in (link.a, link.b)]
-        if not mine:
-            raise SpecError(source, f"nodes.{n.name}", "has no links")
-        if n.kind is Kind.HOST:
-            attach = topo.nodes[n.name].attach
-            if len(mine) > 1 and attach is None:
-                raise SpecError(source, f"nodes.{n.name}.attach", f"{len(mine)} links: say rail "
-                                "(an address per NIC) or dual (one address over both leaves)")
-            if attach == "dual" and len(mine) != 2:
-                raise SpecError(source, f"nodes.{n.name}.attach", f"dual needs exactly 2 links "
-                                f"(got {len(mine)})")
-            peers = [link.a if link.b == n.name else link.b for link in mine]
-            if len(set(peers)) != len(peers):
-                raise SpecError(source, f"nodes.{n.name}", "has two links to one leaf")
-            n.homing = Homing(attach) if len(mine) > 1 and attach else Homing.SINGLE
-    return Skeleton(nodes, links)
+    return links
+
+
+def _homing(host: str, attach: str | None, mine: list[SkLink], source: str) -> Homing:
+    """How an explicit host with links `mine` attaches: one link is single-homed."""
+    if len(mine) > 1 and attach is None:
+        raise SpecError(source, f"nodes.{host}.attach", f"{len(mine)} links: say rail "
+                        "(an address per NIC) or dual (one address over both leaves)")
+    if attach == "dual" and len(mine) != 2:
+        raise SpecError(source, f"nodes.{host}.attach", f"dual needs exactly 2 links "
+                        f"(got {len(mine)})")
+    peers = [link.a if link.b == host else link.b for link in mine]
+    if len(set(peers)) != len(peers):
+        raise SpecError(source, f"nodes.{host}", "has two links to one leaf")
+    return Homing(attach) if len(mine) > 1 and attach else Homing.SINGLE
 

@@ -83,7 +83,7 @@ RECORDED = Path(__file__).parent / "fixtures" / "experiment"
 
 
 def _recorded_incast():
-    from emulator.experiment.analysis import FlowRecord, summarize
+    from emulator.experiment.analysis import FlowRecord, Recordings, summarize
     from emulator.experiment.spec import load
     from emulator.lab import load_topology
 
@@ -92,8 +92,8 @@ def _recorded_incast():
     plan = load_topology(rec["topology"])[1]
     flows = [FlowRecord(**f | {"series": [tuple(x) for x in f["series"]],
                                "handoffs": [tuple(x) for x in f["handoffs"]]}) for f in rec["flows"]]
-    out = summarize(exp, plan, flows, rec["ports"], rec["events"], rec["pfc0"], rec["pfc1"],
-                    rec["lossless_drops"])
+    out = summarize(exp, plan, Recordings(flows, rec["ports"], rec["events"], rec["pfc0"],
+                                          rec["pfc1"], rec["lossless_drops"]))
     return json.loads(json.dumps(out)), json.loads((RECORDED / "incast-results.json").read_text())
 
 

@@ -14,6 +14,7 @@ from emulator.metrics.snapshot import labels_key, thresholds, topology
 PLAN = load_topology("topologies/clos-2x4-cc.yaml")[1]
 KINDS, PEERS = topology(PLAN)
 KMIN = thresholds(PLAN)["kmin"]
+ECT_PER_STEP = 300  # ECN-capable packets a sampled port sends per 100 ms
 
 
 def evidence(ports=(), metrics=None, flows=(), paused=None, window=10.0) -> Evidence:
@@ -26,13 +27,13 @@ def evidence(ports=(), metrics=None, flows=(), paused=None, window=10.0) -> Evid
 
 
 def port(node, port_, tc=3, n=30, queued=0, marks_per_step=0, pause_tx=0, pause_at=None,
-         ect_per_step=300, **totals):
+         **totals):
     """A sampled (node, port, TC) with `n` 100 ms samples of steady queue and traffic."""
     t = [round(i * 0.1, 1) for i in range(n)]
     series = {"queued": [(x, queued) for x in t],
               "tx_bytes": [(x, i * 400_000) for i, x in enumerate(t)],
               "ce_marked": [(x, i * marks_per_step) for i, x in enumerate(t)],
-              "ecn_capable": [(x, i * ect_per_step) for i, x in enumerate(t)],
+              "ecn_capable": [(x, i * ECT_PER_STEP) for i, x in enumerate(t)],
               "rx_ce": [(x, 0) for x in t],
               "pause_tx": [(x, pause_tx if pause_at is not None and x >= pause_at else 0)
                            for x in t]}

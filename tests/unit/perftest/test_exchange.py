@@ -179,33 +179,41 @@ def ours(ex: Exchange, test: PerfTest, qps: int, run_all: bool, duplex: bool) ->
     local = [Dest.for_ipv4("10.2.0.1", qpn=0x200 + i, psn=7, rkey=5, vaddr=0x2000) for i in range(qps)]
     sz = sizes(65536 if test.bw else 2, run_all)
     for step, i in steps(test, ex.client, run_all, duplex):
-        if step is Step.VERSIONS:
-            ex.versions()
-            log.append("versions")
-        elif step is Step.SYS:
-            assert ex.sys_data(4096, 64) == (4096, 64)
-            log += ["sys", "sys"]
-        elif step is Step.MTU:
-            assert ex.mtu(4096) == 1024
-            log.append("mtu")
-        elif step is Step.KEYS:
-            for d in local:
-                assert ex.keys(d).ipv4 == "10.9.0.1"
-                log.append("keys")
-        elif step is Step.SYNC:
-            ex.keys(local[0])
-            log.append("keys")
-        elif step is Step.RUN:
+        if step is Step.RUN:
             log.append(f"run {sz[i]}")
-        elif step is Step.REPORTS:
-            ex.reports(BwReport(65536, 10, 1.0, 1.0, 0.1))
-            log += ["reports"] * 5
-        elif step is Step.CLOSE:
-            ex.close(local[0])
-            log += ["keys", "done"]
         elif step is Step.END:
-            log.append("exit") if test is PerfTest.WRITE_LAT else None
+            log += ["exit"] if test is PerfTest.WRITE_LAT else []
+        else:
+            log += wire_step(ex, step, local)
     return log
+
+
+def wire_step(ex: Exchange, step: Step, local: list[Dest]) -> list[str]:
+    """Do `step`'s part of the exchange (none for the local SETUP and CONNECT), checking
+    what the peer sent; FakeC's log lines for it."""
+    if step is Step.VERSIONS:
+        ex.versions()
+        return ["versions"]
+    if step is Step.SYS:
+        assert ex.sys_data(4096, 64) == (4096, 64)
+        return ["sys", "sys"]
+    if step is Step.MTU:
+        assert ex.mtu(4096) == 1024
+        return ["mtu"]
+    if step is Step.KEYS:
+        for d in local:
+            assert ex.keys(d).ipv4 == "10.9.0.1"
+        return ["keys"] * len(local)
+    if step is Step.SYNC:
+        ex.keys(local[0])
+        return ["keys"]
+    if step is Step.REPORTS:
+        ex.reports(BwReport(65536, 10, 1.0, 1.0, 0.1))
+        return ["reports"] * 5
+    if step is Step.CLOSE:
+        ex.close(local[0])
+        return ["keys", "done"]
+    return []
 
 
 CASES = [(t, client, qps, run_all, duplex) for t in PerfTest for client in (True, False)
