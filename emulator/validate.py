@@ -106,7 +106,7 @@ class Live:
             [f"{s} cannot reach {d}" for s, d in missing]
 
     def mtu(self) -> tuple[bool, str, list[str]]:
-        first = {}
+        first: dict[str | None, Node] = {}
         for h in self.hosts:
             first.setdefault(h.leaf, h)
         ends = list(first.values())

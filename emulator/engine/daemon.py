@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -322,13 +322,18 @@ class Engine:
                 peer.send({"cmd": "finish"})
                 fin = peer.recv()
         finally:  # a failed transfer must not leave QPs or memory behind
-            self.dp.call(lambda: (self.dp.remove(qpns), self.dp.memory.deregister(mr)))
+            self.dp.call(lambda: self._release(qpns, mr))
         mine = digest(buf, segments, "src" if holds_source else "dst")
         timing = Timing(t_setup, t0, t1)
         self.dp.call(lambda: self._finished(flow, timing.data_s, timing.handoff_s))
         return self._result(job, qps, counters, fin, mine, watch, timing)
 
-    def _post(self, job: Job, qps: list[QueuePair], segments, buf: bytearray, reply: dict,
+    def _release(self, qpns: list[int], mr: MemoryRegion) -> None:
+        """Remove a transfer's QPs and deregister its memory (on the data thread)."""
+        self.dp.remove(qpns)
+        self.dp.memory.deregister(mr)
+
+    def _post(self, job: Job, qps: Sequence[QueuePair], segments, buf: bytearray, reply: dict,
               peer_ips: list[str], watch: Watch, flow: FlowKey) -> None:
         view = memoryview(buf)
         va, rkey = reply["va"], reply["rkey"]
@@ -341,7 +346,7 @@ class Engine:
             else:
                 qp.post_read(i, view[s.dst_offset:s.dst_offset + s.length], va + s.src_offset, rkey)
 
-    def _wait(self, job: Job, qps: list[QueuePair], watch: Watch, cli: Channel, t0: float) -> None:
+    def _wait(self, job: Job, qps: Sequence[QueuePair], watch: Watch, cli: Channel, t0: float) -> None:
         deadline = t0 + job.timeout_s
         every = float(job.extra.get("progress_s", PROGRESS_EVERY_S))
         while not watch.done.wait(every):
@@ -391,9 +396,11 @@ class Engine:
         qps = self.new_qps(job, local, msg["qps"])
         peer_ips = msg.get("ips") or [msg["ip"]]
         flow = flow_of(job, self.host, msg["ip"], initiator=False)
-        self.dp.call(lambda: [self.dp.add(qp, peer_ips[i % len(peer_ips)], None,
-                                          self.ips[i % len(self.ips)], flow)
-                              for i, qp in enumerate(qps)])
+        def add_all() -> None:
+            for i, qp in enumerate(qps):
+                self.dp.add(qp, peer_ips[i % len(peer_ips)], None, self.ips[i % len(self.ips)], flow)
+
+        self.dp.call(add_all)
         try:
             ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey,
                      "ips": self.ips})

@@ -63,7 +63,8 @@ def run(plan: Plan, src: Node, dst: Node, opts: Options) -> dict[str, Any]:
     if not is_engine_host(dst):
         return {"client": _request_client(plan, src, opts, peer_ip), "server": None}
     engines.ensure_engines(plan, [dst])
-    armed, box = threading.Event(), {}
+    armed = threading.Event()
+    box: dict[str, Any] = {}
 
     def server() -> None:
         try:

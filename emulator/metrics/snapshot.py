@@ -89,7 +89,7 @@ def port_sample(node: str, port: str, tc: int, start: Mapping[str, int], end: Ma
 def port_from_json(raw: Mapping[str, Any]) -> PortSample:
     """A stored sample as a `PortSample`: what an older results.json (before `ecn_capable`)
     or a hand-made evidence file leaves out reads as 0, or no samples; the rest is kept."""
-    series = {k: [] for k in SERIES_KEYS} | dict(raw.get("series") or {})
+    series: dict[str, Any] = {k: [] for k in SERIES_KEYS} | dict(raw.get("series") or {})
     zeros = {k: 0 for k in PortSample.__annotations__ if k not in ("node", "port", "tc", "series")}
     head = {"node": raw["node"], "port": raw["port"], "tc": raw["tc"]}  # keeps the key order
     return {**head, **zeros, **raw, "series": series}  # type: ignore[typeddict-item]

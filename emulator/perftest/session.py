@@ -239,9 +239,11 @@ class Session:
         runner = self._runner(size)
         expect = o.duration or max(1.0, o.n_iters * o.qps * size * 8 / 1e8)
         self._drive(runner, expect + RUN_SLACK_S)
+        row: report.Row
         if o.test.bw:
-            row = self._bw_row(runner, size)
-            self.mine = BwReport(row.size, row.iters, row.bw_peak, row.bw_avg, row.msg_rate)
+            bw = self._bw_row(runner, size)
+            row = bw
+            self.mine = BwReport(bw.size, bw.iters, bw.bw_peak, bw.bw_avg, bw.msg_rate)
         else:
             rtt = 1 if o.test.verb == "read" else 2
             if o.duration:
