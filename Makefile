@@ -28,7 +28,7 @@ $(VSTAMP): pyproject.toml
 demo:  ## the main job on the default topology (scripts/demo.sh runs setup itself, into a log)
 	@scripts/demo.sh $(TOPOLOGY)
 
-lint: setup  ## ruff over the tree, mypy over the modules listed in pyproject.toml (both configured there)
+lint: setup  ## ruff over the tree (with complexity caps), mypy over every module (both configured in pyproject.toml)
 	$(VENV)/bin/ruff check emulator tests
 	$(VENV)/bin/mypy
 

@@ -61,7 +61,8 @@ class RocelabGroup(click.Group):
         if argv is not None and any("\0" in a for a in argv):  # no real argv has one (execve)
             _fail(ExitCode.USAGE, "UsageError", "an argument contains a NUL byte")
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            # click's main() is overloaded on a literal standalone_mode; *args hides which
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except click.UsageError as e:  # click's own code for these is 2, the same as a bad file
             hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx else ""
             _fail(ExitCode.USAGE, "UsageError", e.format_message() + hint)

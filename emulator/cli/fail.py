@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -31,15 +32,15 @@ def target(plan: Plan, words: tuple[str, ...], silent: bool = False,
     raise click.UsageError(f"expected {USAGE}, got {' '.join(words) or 'nothing'}")
 
 
-def settle(plan: Plan, watch: faults.FibWatcher, event: dict[str, Any], timeout_s: float,
-           until: float | None = None) -> dict[str, Any]:
+def settle(plan: Plan, watch: faults.FibWatcher, event: Mapping[str, Any], timeout_s: float,
+           until: float | None = None) -> faults.Convergence:
     """Wait until routing reflects the event (ConvergeTimeout after timeout_s); say when it did."""
     with progress("waiting for routing to converge") as update:
         faults.settle(plan, watch, event, timeout_s, progress=update)
     return faults.convergence(watch.samples, event, plan, until)
 
 
-def describe(conv: dict[str, Any]) -> str:
+def describe(conv: Mapping[str, Any]) -> str:
     ecmp = ", ".join(f"{leaf} {lo}" + (f"-{hi}" if hi != lo else "")
                      for leaf, (lo, hi) in conv["leaf_ecmp"].items())
     first = "" if conv["detect_s"] is None else f" (first FIB change after {conv['detect_s']:.3f} s)"
@@ -54,7 +55,7 @@ def _fail_once(plan: Plan, fault: faults.Fault, wait: bool, timeout_s: float) ->
 
 
 def _flap(plan: Plan, fault: faults.Fault, period_s: float, count: int,
-          timeout_s: float) -> dict[str, Any]:
+          timeout_s: float) -> faults.FlapEvent:
     with faults.FibWatcher(plan) as watch:
         event = faults.flap(plan, fault, period_s, count)
         last = event["transitions"][-1]
@@ -66,8 +67,8 @@ def _flap(plan: Plan, fault: faults.Fault, period_s: float, count: int,
     return event
 
 
-def _print(event: dict[str, Any]) -> None:
-    fault = faults.Fault.from_json(event)
+def _print(event: Mapping[str, Any]) -> None:
+    fault = faults.Fault.from_json(dict(event))
     how = (f"gray: {fault.how()}, link up" if fault.gray
            else "silent: every frame dropped, carrier up" if event["silent"] else "carrier loss")
     if event["action"] == "flap":
@@ -146,6 +147,7 @@ def command(name: str, what: tuple[str, ...], silent: bool, loss: str | None, co
     plan = state.lab_plan(name)
     gray = faults.gray_args(loss, corrupt, rate) if (loss or corrupt or rate) else None
     fault = target(plan, what, silent, gray)
+    event: Mapping[str, Any]
     if what[0] == "flap":
         event = _flap(plan, fault, period, count, timeout)
     else:

@@ -62,7 +62,7 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
                 status.update(escape(stamp + shorten(msg, err_console.width - len(stamp) - 4)))
             yield update
         return
-    last = {"msg": "", "at": 0.0}
+    last: dict[str, Any] = {"msg": "", "at": 0.0}
 
     def line(msg: str) -> None:
         now = time.monotonic()

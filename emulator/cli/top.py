@@ -15,7 +15,7 @@ from rich.live import Live
 
 from .. import lab, state
 from ..metrics import top
-from ..metrics.scrape import Scraper
+from ..metrics.scrape import Scrape, Scraper
 from .names import LAB
 
 
@@ -37,11 +37,11 @@ def command(name: str | None, interval: float, rows: int, once: bool) -> None:
     console = Console()
     try:
         if once:
-            prev = scraper.scrape()
+            first = scraper.scrape()
             time.sleep(interval)  # the sampling interval for rates, not a synchronisation
-            console.print(top.render(top.view(plan, prev, scraper.scrape(), rows)))
+            console.print(top.render(top.view(plan, first, scraper.scrape(), rows)))
             return
-        prev = None
+        prev: Scrape | None = None
         with _keys() as key, Live(console=console, screen=True, auto_refresh=False) as live:
             while True:
                 cur = scraper.scrape()

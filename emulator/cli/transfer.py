@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -69,7 +71,7 @@ def wall_rate(plan: Plan, rate: str | None) -> float:
     return plan.dilation.wall_bps(parse_speed(rate, "--rate")) if rate else 0.0
 
 
-def print_transfer(res: dict, dilation: Dilation | None = None) -> None:
+def print_transfer(res: Mapping[str, Any], dilation: Dilation | None = None) -> None:
     """One transfer's result; on a shaped lab with the real-equivalent rate and time too."""
     console = Console()
     ok = "[green]ok[/]" if res["integrity_ok"] else "[red]FAILED[/]"

@@ -21,19 +21,19 @@ from . import data as data_mod
 from . import html, markdown
 
 
-def save(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
+def save(out: Path, results: Mapping[str, Any], plan: Plan | None) -> list[Path]:
     """results.json, then the report beside it (every command that has `--out`)."""
     outfile.make_dir(out)
     outfile.write_text(out / "results.json", json.dumps(results, indent=1) + "\n")
     return [out / "results.json"] + write(out, results, plan)
 
 
-def write(out: Path, results: dict[str, Any], plan: Plan | None) -> list[Path]:
+def write(out: Path, results: Mapping[str, Any], plan: Plan | None) -> list[Path]:
     """Every picture and both reports into `out` (beside results.json); returns the paths."""
     from . import plots, topology  # matplotlib: ~1 s to import, only when drawing
 
     outfile.make_dir(out)
-    d = data_mod.load(results)
+    d = data_mod.load(dict(results))
     paths = plots.draw_all(d, plan, out)
     if plan is not None:
         load = d.link_load() or None

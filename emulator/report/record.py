@@ -9,7 +9,7 @@ workload's own progress as a rate series, so one report pipeline serves
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..experiment.analysis import rates
@@ -66,7 +66,7 @@ class Recorder:
         sent1 = port_bytes(self.plan)
         self.link_bytes = {k: v - self.sent0.get(k, 0) for k, v in sent1.items()}
 
-    def results(self, kind: str, res: dict[str, Any], flow: dict[str, str],
+    def results(self, kind: str, res: Mapping[str, Any], flow: dict[str, str],
                 senders: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         """The command's own JSON plus the keys every report reads (see report/data.py).
 
@@ -78,7 +78,7 @@ class Recorder:
         ticks = self.series + [(round(self.elapsed, 4), total)]  # a run too short for any tick
         flows = self._per_sender(senders or []) or [flow | {"rate_series": rates(
             binned(sorted(ticks), RATE_BIN_S))}]
-        return res | {
+        return dict(res) | {
             "kind": kind, "lab": self.plan.lab, "dilation": self.plan.dilation,
             "link_rate_bps": cp.rate_of(self.plan.speed_bps) if cp else None,
             "declared_speed_bps": self.plan.speed_bps,
