@@ -173,12 +173,40 @@ def rxe_vm(lab_: Lab, host: str):
 
 
 @pytest.fixture(scope="session")
-def clos_unnumbered():
-    """clos-2x4, up once for every module that needs the plain fabric and leaves it as it
+def _shared_unnumbered():
+    """Holds clos_unnumbered's lab while it is up; takes it down at the session's end."""
+    held: dict[str, Lab | None] = {"lab": None}
+    yield held
+    if held["lab"] is not None:
+        cli("down", UNNUM, check=False)
+
+
+@pytest.fixture(scope="module")
+def clos_unnumbered(_shared_unnumbered):
+    """clos-2x4, shared by every module that needs the plain fabric and leaves it as it
     found it (faults healed, loss cleared): test_fabric, test_engine, test_exec_isolation,
-    test_faults, test_gray and test_perftest. A module that brings it down, or needs it
-    fresh (test_cli_tools reads its age, test_vtysh_confined restarts it), has its own."""
-    yield from make_lab("topologies/clos-2x4.yaml", UNNUM)
+    test_faults, test_gray and test_perftest. Up on first use; a module that needs the
+    host to hold no other lab (test_neighbours: the neighbour limit is restored by the
+    last `down`) takes it down with `no_shared_lab`, and the next user brings it up again.
+    A module that brings it down itself, or needs it fresh (test_cli_tools reads its age,
+    test_vtysh_confined restarts it), has its own."""
+    if _shared_unnumbered["lab"] is None:
+        lab_ = Lab("topologies/clos-2x4.yaml", UNNUM)
+        try:
+            lab_.up()
+        except BaseException:
+            cli("down", UNNUM, check=False)
+            raise
+        _shared_unnumbered["lab"] = lab_
+    return _shared_unnumbered["lab"]
+
+
+@pytest.fixture(scope="module")
+def no_shared_lab(_shared_unnumbered):
+    """The session's shared lab taken down for a module that needs no other lab up."""
+    if _shared_unnumbered["lab"] is not None:
+        _shared_unnumbered["lab"] = None
+        cli("down", UNNUM)
 
 
 @pytest.fixture(scope="module")

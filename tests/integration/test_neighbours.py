@@ -40,7 +40,7 @@ def hosts_to_overflow(limit: int) -> int:
 
 
 @pytest.fixture
-def big(tmp_path):
+def big(tmp_path, no_shared_lab):
     """A lab that overflows this host's ARP table as it is now: the test runs whatever the
     host's limit, and compares with the value it read at the start."""
     name = f"{PREFIX}neigh"
