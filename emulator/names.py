@@ -3,7 +3,7 @@
 A lab name becomes a run directory under RUN_ROOT, a namespace prefix and a
 process tag; a node name becomes an interface name on its peers. So a name is
 checked against these rules before any path, namespace or process is looked
-up from it: by the topology file (spec.py), by every command that takes a
+up from it: by the topology file (spec/), by every command that takes a
 name (cli/names.py's click types), by the API (api.py) and by `down`.
 """
 

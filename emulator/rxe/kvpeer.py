@@ -3,7 +3,7 @@
     python3 -m emulator.rxe.kvpeer initiate --ip MINE --peer-ip IP --job JSON
     python3 -m emulator.rxe.kvpeer serve --ip MINE [--timeout S]
 
-Run by the host (emulator/rxe/transfer.py) through the guest's agent, with the
+Run by the host (emulator/hosts/rxe.py) through the guest's agent, with the
 system /usr/bin/python3 and Debian's python3-pyverbs (rdma-core's binding), so
 every step is a real ibv_* call on rxe0: ibv_reg_mr over the job's region, one RC
 QP per job QP, ibv_modify_qp to RTR/RTS with the peer's QPN/PSN, ibv_post_send of

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from emulator import waiting
 from emulator.errors import ConvergeTimeout, RocelabError
 from emulator.waiting import WaitTimeout, timeout_message, wait_until
 
@@ -28,23 +27,44 @@ def test_the_caller_picks_the_typed_error_its_exit_code_needs():
         wait_until(lambda: False, 0.02, 0.01, what="lab x not healthy", error=ConvergeTimeout)
 
 
-def test_it_looks_once_more_at_the_deadline_and_never_sleeps_past_it():
+class Clock:
+    """time.monotonic and time.sleep for wait_until: a sleep advances the clock by exactly
+    what was asked, so a test reads the loop's schedule, not how busy the CPU is."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = Clock()
+    monkeypatch.setattr(waiting, "time", fake)
+    return fake
+
+
+def test_it_looks_once_more_at_the_deadline_and_never_sleeps_past_it(clock):
     calls = []
-    t0 = time.monotonic()
     with pytest.raises(WaitTimeout):
-        wait_until(lambda: calls.append(time.monotonic()), 0.1, 10, what="x")
-    assert len(calls) == 2  # the first look, and the last at the deadline (not after 10 s)
-    assert calls[1] - t0 == pytest.approx(0.1, abs=0.08)
+        wait_until(lambda: calls.append(clock.now), 0.1, 10, what="x")
+    # the first look, and the last at the deadline: one sleep of what was left, not 10 s
+    assert calls == [100.0, pytest.approx(100.1)] and clock.sleeps == [pytest.approx(0.1)]
 
 
-def test_a_predicate_that_raises_ends_the_wait_at_once():
+def test_a_predicate_that_raises_ends_the_wait_at_once(clock):
     def dead() -> bool:
         raise RocelabError("it exited")
 
-    t0 = time.monotonic()
     with pytest.raises(RocelabError, match="it exited"):
         wait_until(dead, 10, 0.01, what="x")
-    assert time.monotonic() - t0 < 1
+    assert clock.sleeps == []
 
 
 def test_zero_timeout_still_looks_once():
