@@ -114,6 +114,13 @@ class BadNameError(RocelabError):
     exit_code = ExitCode.USAGE
 
 
+class SettingError(RocelabError):
+    """An environment setting rocelab reads (ROCELAB_PROGRESS_EVERY) with a value it does
+    not allow: a bad command line, before anything is touched."""
+
+    exit_code = ExitCode.USAGE
+
+
 class TooLongError(RocelabError):
     """A transfer that cannot finish within its time bound (`--max-duration`): refused
     before it starts, like any other bad option."""
