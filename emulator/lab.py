@@ -35,6 +35,7 @@ from .metrics import launch as metrics_launch
 from .names import check_lab
 from .paths import lab_run_dir, own_run_dir
 from .plan import Plan, compile_plan
+from .progress import steps
 from .realize import realize
 from .render import Rendered, render
 from .spec import Topology, load, located, parse, read_yaml
@@ -315,23 +316,45 @@ class DownResult:
         return bool(self.processes or self.namespaces or self.run_dir)
 
 
-def down(lab: str) -> DownResult:
+def down(lab: str, progress: Progress = _quiet) -> DownResult:
     """Remove a lab: its tagged processes, then its namespaces, then its run dir.
-    `lab` must be a lab name (names.py): nothing is looked up or removed with any other."""
+    `lab` must be a lab name (names.py): nothing is looked up or removed with any other.
+    `progress`: processes stopped and namespaces removed so far (a big lab takes seconds)."""
     check_lab(lab)
     require_root()
     run_dir = own_run_dir(lab)  # first: a symlinked run dir is refused before anything is read
     record = state.read(lab) or {}
     exporter = metrics_launch.stop(lab)  # first: it reads every namespace about to go
-    pids = procs.kill_tagged(lab) + ([exporter] if exporter else [])
-    names = {n for n, tag in state.tagged_namespaces().items() if tag == lab}
+    pids = _stop_processes(lab, progress) + ([exporter] if exporter else [])
+    # Only namespaces named <lab>-*, and of those only the ones its tag says are the lab's.
+    names = {n for n, tag in state.tagged_namespaces(f"{lab}-").items() if tag == lab}
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
     names |= {n for n in record.get("namespaces", []) if n.startswith(f"{lab}-") and netns.exists(n)}
-    netns.parallel(netns.remove, sorted(names))
+    _remove_namespaces(lab, sorted(names), progress)
     if run_dir is not None:
         shutil.rmtree(run_dir, ignore_errors=True)
     notes = neighbours.restore_if_idle()  # the last lab: a raised neighbour limit goes back
     return DownResult(lab, len(pids), len(names), run_dir is not None, notes)
+
+
+def _stop_processes(lab: str, progress: Progress) -> list[int]:
+    """SIGTERM every process tagged with the lab at once, then wait for them together."""
+    pids = [pid for pid, tag in procs.tagged_processes().items() if tag == lab]
+    if pids:
+        with steps(progress, f"down {lab}: processes", len(pids), "exited") as phase:
+            procs.kill_pids(pids, lab, exited=phase.update)
+    return pids
+
+
+def _remove_namespaces(lab: str, names: list[str], progress: Progress) -> None:
+    if not names:
+        return
+    with steps(progress, f"down {lab}: namespaces", len(names), "removed") as phase:
+        def one(name: str) -> None:
+            netns.remove(name)
+            phase.advance()
+
+        netns.parallel(one, names)
 
 
 def down_all(prefix: str = "") -> list[DownResult]:

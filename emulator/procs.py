@@ -199,23 +199,28 @@ def rss_kib(pid: int) -> int | None:
     return None
 
 
-def kill_tagged(lab: str) -> list[int]:
+Exited = Callable[[int], None]  # told how many of the PIDs have exited so far
+
+
+def kill_tagged(lab: str, exited: Exited | None = None) -> list[int]:
     """Stop every process carrying this lab's tag (by PID, from /proc); their PIDs."""
     pids = [pid for pid, tag in tagged_processes().items() if tag == lab]
-    kill_pids(pids, lab)
+    kill_pids(pids, lab, exited=exited)
     return pids
 
 
-def kill_pids(pids: list[int], lab: str | None = None, timeout_s: float = 5.0) -> None:
+def kill_pids(pids: list[int], lab: str | None = None, timeout_s: float = 5.0,
+              exited: Exited | None = None) -> None:
     """SIGTERM the given PIDs, wait up to `timeout_s`, then SIGKILL what is left. Only these
     PIDs, each signalled through a pidfd taken before the first signal (a PID that exits and
     is reused while we wait is never hit), and with `lab` only a process that carries the
-    lab's tag, checked before SIGTERM and again before SIGKILL."""
+    lab's tag, checked before SIGTERM and again before SIGKILL. All are signalled first,
+    then waited for together (`exited`: how many have, as they do)."""
     fds = _pidfds(pids, lab)
     try:
         for fd in fds.values():
             _signal(fd, signal.SIGTERM)
-        for pid in _wait_exit(fds, timeout_s):
+        for pid in _wait_exit(fds, timeout_s, exited):
             if lab is None or process_tag(pid) == lab:
                 _signal(fds[pid], signal.SIGKILL)
     finally:
@@ -245,7 +250,7 @@ def _signal(fd: int, sig: signal.Signals) -> None:
         signal.pidfd_send_signal(fd, sig)
 
 
-def _wait_exit(fds: dict[int, int], timeout_s: float) -> list[int]:
+def _wait_exit(fds: dict[int, int], timeout_s: float, exited: Exited | None = None) -> list[int]:
     """Wait until every process has exited (a pidfd is readable then) or the time is up;
     the PIDs still running."""
     poller = select.poll()
@@ -257,6 +262,8 @@ def _wait_exit(fds: dict[int, int], timeout_s: float) -> list[int]:
         for fd, _ in poller.poll(left * 1000):
             poller.unregister(fd)
             _reap(by_fd.pop(fd))
+        if exited is not None:
+            exited(len(fds) - len(by_fd))
     return list(by_fd.values())
 
 

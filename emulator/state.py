@@ -15,11 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyroute2 import IPRoute
-
-from . import names, netns, procs, rundirs
+from . import names, netns, nstag, procs, rundirs
 from .errors import LabNotFoundError, RealizeError, RocelabError
-from .paths import NS_TAG_PREFIX, RUN_ROOT, state_file
+from .paths import RUN_ROOT, state_file
 from .plan import Plan, compile_plan
 from .spec import Topology, parse
 
@@ -41,22 +39,15 @@ def read(lab: str) -> dict[str, Any] | None:
 
 def namespace_tag(name: str) -> str | None:
     """The rocelab lab a namespace belongs to, from lo's ifalias; None if not ours."""
-    try:
-        with netns.entered(name), IPRoute() as ipr:
-            links = ipr.get_links(ifname="lo")
-    except OSError:
-        return None
-    alias = links[0].get_attr("IFLA_IFALIAS") if links else None
-    if alias and alias.startswith(NS_TAG_PREFIX):
-        return alias[len(NS_TAG_PREFIX):]
-    return None
+    return nstag.read(name)
 
 
-def tagged_namespaces() -> dict[str, str]:
-    """namespace name -> lab, for every rocelab namespace on the machine."""
+def tagged_namespaces(prefix: str = "") -> dict[str, str]:
+    """namespace name -> lab, for every rocelab namespace on the machine (whose name starts
+    with `prefix`: a lab's are all named `<lab>-<node>`, and the tag still decides)."""
     found = {}
     for name in netns.list_names():
-        lab = namespace_tag(name)
+        lab = namespace_tag(name) if name.startswith(prefix) else None
         if lab:
             found[name] = lab
     return found
