@@ -18,31 +18,18 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from . import bridge, evpn, netns, rtnl, waiting
 from .errors import ConvergeTimeout, RocelabError
 from .frr import vtysh_json
 from .plan import Kind, Node, Plan
-from .reach import unreachable_pairs
+from .polled import CheckResult, Watch
+from .reach import Answered, probe_pairs, unreachable_pairs
 from .spec import FabricMode
 
 POLL_S = 0.05
 Progress = Callable[[str], None]
-
-
-@dataclass
-class CheckResult:
-    name: str
-    ok: bool
-    problems: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        if self.ok:
-            return f"{self.name}: ok"
-        more = f" (+{len(self.problems) - 3} more)" if len(self.problems) > 3 else ""
-        return f"{self.name}: " + "; ".join(self.problems[:3]) + more
 
 
 def route_widths(node: Node) -> dict[str, int]:
@@ -75,15 +62,17 @@ def check_fib(plan: Plan) -> CheckResult:
     (a leaf of a 2-tier Clos: one next hop per spine; a spine: one)."""
     if user_config(plan):
         return check_fib_user(plan)
-    problems = []
+    problems, missing = [], 0
     expected = plan.expected_widths()
-    for name, widths in fib_widths(plan).items():
+    read = fib_widths(plan)
+    for name, widths in read.items():
         bad = {p: (w, expected[name][p]) for p, w in widths.items() if w != expected[name][p]}
         if bad:
             p, (w, want) = next(iter(bad.items()))
+            missing += len(bad)
             problems.append(f"{name}: {len(bad)} prefixes not at the expected width "
                             f"(e.g. {p}: {w} next hop{'s' if w != 1 else ''}, want {want})")
-    return CheckResult("fib", not problems, problems)
+    return CheckResult("fib", not problems, problems, len(read) - len(problems), len(read), missing)
 
 
 # -- labs running the user's own FRR configuration (overrides: frr, frr_configs:) ------------
@@ -118,10 +107,11 @@ def check_fib_user(plan: Plan) -> CheckResult:
         since = now
     _user_fib[plan.lab] = (since, now, widths)
     problems = unrouted(widths)
+    routed = len(widths) - len(problems)
     if not problems and now - since < USER_STABLE_S:
         problems.append(f"your FRR configuration: waiting until the FIB holds still for "
                         f"{USER_STABLE_S:g} s (last change {now - since:.2f} s ago)")
-    return CheckResult("fib", not problems, problems)
+    return CheckResult("fib", not problems, problems, routed, len(widths))
 
 
 class BgpPeer(TypedDict):
@@ -166,17 +156,19 @@ def check_bgp(plan: Plan) -> CheckResult:
     is expected down at both ends (admin_shut)."""
     read = read_sessions(plan)
     shut = admin_shut(plan, read)
-    problems = []
+    problems, missing = [], 0
     for name, peers in read.items():
-        if isinstance(peers, str):
-            problems.append(f"{name}: {peers}")
-            continue
         node = plan.node(name)
         want = sum(1 for i in node.interfaces if i.fabric and frozenset((name, i.peer)) not in shut)
+        if isinstance(peers, str):
+            problems.append(f"{name}: {peers}")
+            missing += want
+            continue
         up = sum(1 for p in peers.values() if p["state"] == "Established")
         if up != want:
+            missing += abs(want - up)
             problems.append(f"{name} has {up}/{want} sessions Established")
-    return CheckResult("bgp", not problems, problems)
+    return CheckResult("bgp", not problems, problems, len(read) - len(problems), len(read), missing)
 
 
 def _peer_node(plan: Plan, node: Node, key: str) -> str:
@@ -190,7 +182,8 @@ def _peer_node(plan: Plan, node: Node, key: str) -> str:
 def check_stp(plan: Plan) -> CheckResult:
     """fabric l2: the planned root won, exactly the planned ports block, the rest forward."""
     problems = [p for p in netns.parallel(lambda n: stp_problem(plan, n), plan.routers) if p]
-    return CheckResult("stp", not problems, problems)
+    n = len(plan.routers)
+    return CheckResult("stp", not problems, problems, n - len(problems), n, len(problems))
 
 
 def read_bridge(plan: Plan, node: Node) -> dict[str, Any]:
@@ -256,8 +249,10 @@ def check_evpn(plan: Plan) -> CheckResult:
                     "remote VTEPs")
         return None
 
-    problems = [p for p in netns.parallel(one, plan.of_kind(Kind.LEAF)) if p]
-    return CheckResult("evpn", not problems, problems)
+    leaves = plan.of_kind(Kind.LEAF)
+    problems = [p for p in netns.parallel(one, leaves) if p]
+    return CheckResult("evpn", not problems, problems, len(leaves) - len(problems), len(leaves),
+                       len(problems))
 
 
 def fabric_checks(plan: Plan) -> list[CheckResult]:
@@ -326,28 +321,35 @@ def check_reach_hosts(hosts: list[Node], pairs: list[tuple[str, str]] | None = N
 
 
 def check_reach(plan: Plan, timeout_s: float = 1.0,
-                pairs: list[tuple[str, str]] | None = None) -> CheckResult:
-    """Hosts answer ICMP echo: the `pairs` given, else reach.probe_pairs."""
-    missing = unreachable_pairs(plan.hosts, timeout_s, pairs)
-    return CheckResult("reach", not missing, [f"{s} cannot reach {d}" for s, d in missing])
+                pairs: list[tuple[str, str]] | None = None,
+                answered: Answered | None = None) -> CheckResult:
+    """Hosts answer ICMP echo: the `pairs` given, else reach.probe_pairs; `answered(done,
+    total)` as replies come in."""
+    wanted = pairs if pairs is not None else probe_pairs(plan.hosts)
+    missing = unreachable_pairs(plan.hosts, timeout_s, wanted, answered)
+    return CheckResult("reach", not missing, [f"{s} cannot reach {d}" for s, d in missing],
+                       len(wanted) - len(missing), len(wanted), len(missing))
 
 
 def wait(plan: Plan, timeout_s: float, progress: Progress, marks: dict[str, float]) -> None:
-    """Poll fib -> bgp -> reach until all pass; record when each first passed in `marks`."""
+    """Poll fib -> bgp -> reach until all pass; record when each first passed in `marks`.
+    Progress: routers converged so far, what is missing and an ETA, then pairs answered."""
     deadline = time.monotonic() + timeout_s  # the reach check gets what is left, up to 2 s
     last: list[CheckResult] = []
+    watch = Watch(plan, progress)
 
     def verified() -> bool:
         last[:] = fabric_checks(plan)
         if all(c.ok for c in last):
             marks.setdefault("bgp_converged", time.monotonic())
-            progress(f"{'spanning tree' if plan.fabric is FabricMode.L2 else 'routing'} "
-                     "converged; checking host reachability")
-            last.append(check_reach(plan, min(2.0, max(0.2, deadline - time.monotonic()))))
+            watch.converged()
+            last.append(check_reach(plan, min(2.0, max(0.2, deadline - time.monotonic())),
+                                    answered=watch.answered))
+            watch.reached(last[-1])
             if last[-1].ok:
                 marks["verified"] = time.monotonic()
                 return True
-        progress(" | ".join(c.summary() for c in last))
+        watch.polled(last)
         return False
 
     waiting.wait_until(verified, timeout_s, POLL_S, what=f"lab {plan.lab} did not converge",

@@ -18,6 +18,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +97,9 @@ def _spawn(plan: Plan, node: Node, daemon: str) -> subprocess.Popen[bytes]:
             start_new_session=True)  # survive the CLI; reaped by `down`
 
 
-def start_all(plan: Plan, started: list[Daemon]) -> float:
-    """Start every router's daemons, appending each to `started` as soon as it exists.
+def start_all(plan: Plan, started: list[Daemon], ready: Callable[[int], None] | None = None) -> float:
+    """Start every router's daemons, appending each to `started` as soon as it exists;
+    `ready(n)`: n routers have all their daemons started (progress).
 
     All zebras start at once; a router's other daemons start the moment its
     zebra's zserv socket appears (they connect to it, and a bgpd that finds
@@ -123,6 +125,8 @@ def start_all(plan: Plan, started: list[Daemon]) -> float:
             elif proc.poll() is not None:
                 raise RealizeError(f"zebra on {name} exited with status {proc.returncode} at "
                                    f"start (see {node_run_dir(plan.lab, name)}/zebra.out)")
+        if ready is not None:
+            ready(len(plan.frr_nodes) - len(waiting))
         return not waiting
 
     wait_until(zebras_up, START_TIMEOUT_S, 0.002, what="zebra did not open its socket",

@@ -174,7 +174,7 @@ def build(pre: Preflight, undo: contextlib.ExitStack, timeout_s: float, progress
     record = _claim(pre, undo)  # the run dir (the lock), the tag sweep, the intent record
     progress(f"creating {len(plan.nodes)} namespaces and {len(plan.links)} links")
     exporter = _start_exporter(plan, undo, metrics, expose_metrics)  # overlaps the build
-    realize(plan, undo)  # namespaces, veths, addresses, routes, sysctls
+    realize(plan, undo, progress)  # namespaces, veths, addresses, routes, sysctls
     if exporter is not None:  # it failed already: say so now, not after convergence
         exporter.ready_now(metrics_launch.listening(exporter))
     _start_congestion(plan, undo, progress)  # shaped ports, ECN, PFC: one controller
@@ -287,7 +287,10 @@ def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
                     f"{2 * plan.l2.forward_delay_s} s)" if plan.l2 and plan.l2.stp else ""))
     started: list[frr.Daemon] = []
     undo.callback(lambda: procs.kill_pids([d.pid for d in started], plan.lab))
-    return started, frr.start_all(plan, started)
+    if not plan.frr_nodes:  # bridges only
+        return started, frr.start_all(plan, started)
+    with steps(progress, "daemons", len(plan.frr_nodes), "routers started") as phase:
+        return started, frr.start_all(plan, started, phase.update)
 
 
 def _timings(m: dict[str, float]) -> dict[str, float]:
@@ -357,7 +360,7 @@ def _remove_namespaces(lab: str, names: list[str], progress: Progress) -> None:
         netns.parallel(one, names)
 
 
-def down_all(prefix: str = "") -> list[DownResult]:
+def down_all(prefix: str = "", progress: Progress = _quiet) -> list[DownResult]:
     """`down` every lab on this machine, or only those whose name starts with prefix."""
     require_root()
-    return [down(lab) for lab in sorted(state.known_labs()) if lab.startswith(prefix)]
+    return [down(lab, progress) for lab in sorted(state.known_labs()) if lab.startswith(prefix)]

@@ -7,10 +7,12 @@ by whoever passed the callable:
 
 - a `Reporter` (the CLI's, on stderr): on a terminal, one status line rewritten in
   place with `\\r` (padded with spaces over the last one, no escape codes) and cleared
-  at the end; anywhere else (a log, CI, a pipe), one plain line as a phase starts,
-  at most one every `every_s` while it runs, and one as it ends;
-- any other callable (a test's `list.append`, a bench's logger): each update as one
-  text message, the same text a Reporter shows.
+  at the end; anywhere else (a log, CI, a pipe), one plain line each `every_s` while a
+  phase runs (none for a phase shorter than that), and one as a phase that showed
+  any ends: a small lab's `up` stays a few lines, a big one's never goes quiet;
+- any other callable (a test's `list.append`, a logger): the same text a Reporter
+  shows, as one message when the count or the detail changed, at most one a
+  LINES_EVERY_S, and the last one.
 
 The rate is taken over the phase so far (done since its first update / time since),
 the ETA is what is left at that rate. Clock, stream and width are injectable: the
@@ -31,6 +33,7 @@ Progress = Callable[[str], None]
 Clock = Callable[[], float]
 EVERY_S = 5.0  # without a terminal: at most one line a phase this often
 TTY_EVERY_S = 0.1  # on a terminal: the status line is rewritten at most this often
+LINES_EVERY_S = 1.0  # to a plain callable: at most one message a phase this often
 EVERY_ENV = "ROCELAB_PROGRESS_EVERY"
 
 
@@ -65,17 +68,19 @@ class Phase:
                  unit: str, clock: Clock) -> None:
         self.name, self.total, self.unit = name, total, unit
         self.done, self.detail = 0, ""
-        self._show, self._clock = show, clock
+        self._show, self.clock = show, clock
         self.started = clock()
         self._first: tuple[float, int] | None = None  # (when, done) of the first update
         self._lock = threading.Lock()  # guest boots advance from several threads
         self.ended = False
+        self.shown_at = self.started  # when its renderer last showed it
+        self.shown = False  # has it shown a line yet
 
     def update(self, done: int, detail: str = "") -> None:
         with self._lock:
             self.done, self.detail = done, detail
             if self._first is None:
-                self._first = (self._clock(), done)
+                self._first = (self.clock(), done)
             self._show(self, False)
 
     def advance(self, n: int = 1, detail: str = "") -> None:
@@ -100,7 +105,7 @@ class Phase:
         if self._first is None or self.done >= self.total:
             return None
         t0, d0 = self._first
-        elapsed, gained = self._clock() - t0, self.done - d0
+        elapsed, gained = self.clock() - t0, self.done - d0
         if elapsed <= 0 or gained <= 0:
             return None
         return (self.total - self.done) / (gained / elapsed)
@@ -111,7 +116,7 @@ class Phase:
         if self.total:
             count += f" ({100 * self.done // self.total}%)"
         parts = [count] + ([self.detail] if self.detail else [])
-        parts.append(("in " if final else "") + duration(self._clock() - self.started))
+        parts.append(("in " if final else "") + duration(self.clock() - self.started))
         eta = None if final else self.eta_s()
         if eta is not None:
             parts.append(f"ETA {duration(eta)}")
@@ -127,13 +132,12 @@ class Reporter:
         self.tty = stream.isatty() if tty is None else tty
         self.start = clock()
         self._shown = 0  # columns of the status line now on the terminal
-        self._last: dict[str, float] = {}  # phase name -> when its last line was written
         self._lock = threading.Lock()
 
     def __call__(self, msg: str) -> None:
         """A one-off message (a phase starting, a decision taken)."""
         with self._lock:
-            self._write(msg, force=True)
+            self._write(msg)
 
     def phase(self, name: str, total: int, unit: str = "") -> Phase:
         p = Phase(self._show, name, total, unit, self.clock)
@@ -150,13 +154,18 @@ class Reporter:
 
     def _show(self, phase: Phase, final: bool) -> None:
         with self._lock:
-            now, last = self.clock(), self._last.get(phase.name)
-            due = last is None or now - last >= (TTY_EVERY_S if self.tty else self.every_s)
-            if final or due:
-                self._last[phase.name] = now
-                self._write(phase.text(final), force=final)
+            now = self.clock()
+            if self.tty:  # at once, then at most each TTY_EVERY_S; the last one always
+                due = final or not phase.shown or now - phase.shown_at >= TTY_EVERY_S
+            elif final:  # the last line of a phase that showed, or took that long
+                due = phase.shown or now - phase.started >= self.every_s
+            else:  # a line each every_s
+                due = now - phase.shown_at >= self.every_s
+            if due:
+                phase.shown_at, phase.shown = now, True
+                self._write(phase.text(final))
 
-    def _write(self, text: str, force: bool) -> None:
+    def _write(self, text: str) -> None:
         if self.tty:
             line = text[:max(self.width - 1, 10)]
             self.stream.write("\r" + line + " " * max(self._shown - len(line), 0))
@@ -171,9 +180,14 @@ class _Lines:
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
+        self.last: tuple[int, int, str] | None = None
 
     def __call__(self, phase: Phase, final: bool) -> None:
-        self.progress(phase.text(final))
+        seen = (phase.done, phase.total, phase.detail)
+        due = not phase.shown or phase.clock() - phase.shown_at >= LINES_EVERY_S
+        if final or (seen != self.last and due):
+            self.last, phase.shown, phase.shown_at = seen, True, phase.clock()
+            self.progress(phase.text(final))
 
 
 def steps(progress: Progress, name: str, total: int, unit: str = "",

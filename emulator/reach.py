@@ -13,6 +13,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 
 from . import netns
@@ -56,6 +57,7 @@ def _open_socket(host: Node) -> socket.socket:
     return s
 
 
+Answered = Callable[[int, int], None]  # (pairs answered or not probed so far, pairs in all)
 FULL_MESH_MAX = 4096  # pairs: up to 64 hosts every host pings every other
 
 
@@ -89,18 +91,21 @@ def probe_pairs(hosts: list[Node], full_mesh_max: int = FULL_MESH_MAX) -> list[t
 
 
 def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0,
-                      pairs: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+                      pairs: list[tuple[str, str]] | None = None,
+                      answered: Answered | None = None) -> list[tuple[str, str]]:
     """Ping the (src, dst) `pairs` (default: probe_pairs, a full mesh of a small lab);
-    return the pairs that got no reply."""
+    return the pairs that got no reply. `answered(done, total)` each time more replied."""
     if len(hosts) < 2:
         return []
+    pairs = pairs if pairs is not None else probe_pairs(hosts)
     base = os.getpid() & 0x7FFF
     idents = {(base + i) & 0xFFFF: h for i, h in enumerate(hosts)}
     index = {h.name: i for i, h in enumerate(hosts)}
     # a host whose namespace cannot send (an rxe host's gave its address to its guest)
     # still answers
     silent = {h.name for h in hosts if not kind_of(h).probes_reach}
-    pending = {p for p in (pairs if pairs is not None else probe_pairs(hosts)) if p[0] not in silent}
+    pending = {p for p in pairs if p[0] not in silent}
+    told = _teller(answered, len(pairs))
     with ExitStack() as stack:
         socks = {}
         for ident, h in idents.items():
@@ -122,7 +127,19 @@ def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0,
                 next_send = time.monotonic() + RESEND_S
             for fd, _ in poller.poll(20):  # poll, not select: hundreds of hosts' fds pass 1024
                 _drain(socks[by_fd[fd]], idents, hosts, pending)
+            told(len(pending))
     return sorted(pending)
+
+
+def _teller(answered: Answered | None, total: int) -> Callable[[int], None]:
+    """`answered`, told only when the count of pairs still pending changed."""
+    last = [-1]
+
+    def tell(pending: int) -> None:
+        if answered is not None and pending != last[0]:
+            last[0] = pending
+            answered(total - pending, total)
+    return tell
 
 
 def _drain(sock: socket.socket, idents: dict[int, Node], hosts: list[Node],

@@ -25,6 +25,7 @@ from .errors import RealizeError
 from .netns import parallel
 from .paths import NS_TAG_PREFIX
 from .plan import Node, Plan, Route
+from .progress import Progress, steps
 from .spec import EcmpHash, FabricMode
 
 NUD_PERMANENT = 0x80
@@ -114,7 +115,14 @@ def _tag_and_prepare(plan: Plan, node: Node) -> Callable[[], None]:
     return init
 
 
-def create_namespaces(plan: Plan, undo: contextlib.ExitStack) -> None:
+Tick = Callable[[], None]  # one more done (progress)
+
+
+def _nothing() -> None:
+    pass
+
+
+def create_namespaces(plan: Plan, undo: contextlib.ExitStack, tick: Tick = _nothing) -> None:
     def one(node: Node) -> None:
         try:
             netns.create(node.netns, init=_tag_and_prepare(plan, node))
@@ -123,11 +131,12 @@ def create_namespaces(plan: Plan, undo: contextlib.ExitStack) -> None:
         except OSError as e:
             raise RealizeError(f"cannot create namespace {node.netns}: {e}") from None
         undo.callback(netns.remove, node.netns)
+        tick()
 
     parallel(one, plan.nodes)
 
 
-def create_links(plan: Plan) -> None:
+def create_links(plan: Plan, tick: Tick = _nothing) -> None:
     """Make every veth with both ends already inside their namespaces."""
     fds = {n.name: netns.open_fd(n.netns) for n in plan.nodes}
     try:
@@ -144,6 +153,7 @@ def create_links(plan: Plan) -> None:
                     raise RealizeError(
                         f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
                         f"{os.strerror(e.code)}") from None
+                tick()
     finally:
         for fd in fds.values():
             os.close(fd)
@@ -197,18 +207,22 @@ def _add_address(ipr: IPRoute, index: int, cidr: str) -> None:
             raise
 
 
-def configure_nodes(plan: Plan) -> None:
+def configure_nodes(plan: Plan, tick: Tick = _nothing) -> None:
     def one(node: Node) -> None:
         try:
             _configure(plan, node)
         except (NetlinkError, OSError) as e:
             raise RealizeError(f"cannot configure {node.name}: {e}") from None
+        tick()
 
     parallel(one, plan.nodes)
 
 
-def realize(plan: Plan, undo: contextlib.ExitStack) -> None:
-    """Namespaces (tagged), then wires, then addresses and routes."""
-    create_namespaces(plan, undo)
-    create_links(plan)
-    configure_nodes(plan)
+def realize(plan: Plan, undo: contextlib.ExitStack, progress: Progress = lambda _: None) -> None:
+    """Namespaces (tagged), then wires, then addresses and routes; each counted (progress)."""
+    with steps(progress, "namespaces", len(plan.nodes), "created") as phase:
+        create_namespaces(plan, undo, phase.advance)
+    with steps(progress, "links", len(plan.links), "created") as phase:
+        create_links(plan, phase.advance)
+    with steps(progress, "addresses and routes", len(plan.nodes), "nodes") as phase:
+        configure_nodes(plan, phase.advance)

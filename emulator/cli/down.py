@@ -7,6 +7,7 @@ import click
 
 from .. import lab
 from .names import LAB
+from .progress import reporter
 
 
 @click.command("down")
@@ -15,7 +16,10 @@ from .names import LAB
 @click.option("--prefix", default=None, metavar="TEXT",
               help="With --all: only the labs whose name starts with TEXT.")
 @click.option("--json", "as_json", is_flag=True, help="What was removed, per lab, as JSON.")
-def command(name: str | None, all_labs: bool, prefix: str | None, as_json: bool) -> None:
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress on stderr (processes stopped, namespaces removed so far).")
+def command(name: str | None, all_labs: bool, prefix: str | None, as_json: bool,
+            quiet: bool) -> None:
     """Remove a lab (or --all): processes, namespaces, run dir. Idempotent.
 
     Works from kernel state alone, even after a crash.
@@ -25,7 +29,9 @@ def command(name: str | None, all_labs: bool, prefix: str | None, as_json: bool)
         raise click.UsageError("give a lab name or --all (not both)")
     if prefix is not None and not (all_labs and prefix):
         raise click.UsageError("--prefix: a non-empty start of lab names, with --all")
-    results = lab.down_all(prefix or "") if all_labs else [lab.down(name)]  # type: ignore[arg-type]
+    with reporter(quiet) as progress:
+        results = (lab.down_all(prefix or "", progress) if all_labs
+                   else [lab.down(name, progress)])  # type: ignore[arg-type]
     if as_json:
         click.echo(json.dumps([asdict(r) | {"found": r.found} for r in results], indent=2))
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sys
 import textwrap
@@ -20,6 +21,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+
+from ..progress import EVERY_ENV, Progress, Reporter, every_from
 
 err_console = Console(stderr=True, highlight=False)
 LINE_EVERY_S = 2.0  # without a terminal (CI logs), print at most one poll line this often
@@ -74,6 +77,21 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
             err_console.print(text, soft_wrap=True, markup=False)
             last.update(msg=msg, at=now)
     yield line
+
+
+@contextmanager
+def reporter(quiet: bool = False) -> Iterator[Progress]:
+    """`up`'s and `down`'s progress on stderr (emulator.progress.Reporter: a status line on
+    a terminal, a line every ROCELAB_PROGRESS_EVERY seconds elsewhere); `quiet`: none."""
+    every = every_from(os.environ.get(EVERY_ENV))  # a bad value: exit 64 before anything
+    if quiet:
+        yield lambda _: None
+        return
+    out = Reporter(sys.stderr, every_s=every, width=shutil.get_terminal_size().columns)
+    try:
+        yield out
+    finally:
+        out.close()  # the status line cleared: the result (or the error) starts a clean line
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from ..plan import Plan
 from ..validate import Check, validate_lab
 from .metrics import check_exposure, parse_listen
 from .names import LAB
-from .progress import err_console, interrupt_on_sigterm, progress
+from .progress import err_console, interrupt_on_sigterm, reporter
 from .validate import print_checks
 
 
@@ -28,6 +28,8 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
               type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for convergence before rolling back.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress on stderr (the result, warnings and errors still show).")
 @click.option("--validate", "run_checks", is_flag=True,
               help="Then run every `rocelab validate` check and the topology's `validate:` "
                    "block; exit 10 if one fails (the lab stays up to look at).")
@@ -44,8 +46,8 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 @click.option("--expose-metrics", is_flag=True,
               help="Allow a non-loopback --metrics address (0.0.0.0, ::, a LAN address): /metrics "
                    "is then reachable from other machines, without authentication.")
-def command(topology: str, name: str | None, timeout: float, as_json: bool, run_checks: bool,
-            raise_neigh_limit: bool, templates: str | None, metrics: str | None,
+def command(topology: str, name: str | None, timeout: float, as_json: bool, quiet: bool,
+            run_checks: bool, raise_neigh_limit: bool, templates: str | None, metrics: str | None,
             expose_metrics: bool) -> None:
     """Build a lab from TOPOLOGY and return once it has converged.
 
@@ -54,7 +56,7 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool, run_
     if metrics is not None:
         check_exposure(Listen.parse(metrics), expose_metrics, "up")
     interrupt_on_sigterm()
-    with progress(f"up {topology}") as update:
+    with reporter(quiet) as update:
         result = lab.up(topology, name=name, timeout_s=timeout, progress=update,
                         raise_neigh_limit=raise_neigh_limit, templates=templates, metrics=metrics,
                         expose_metrics=expose_metrics)

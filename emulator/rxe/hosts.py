@@ -17,6 +17,7 @@ from collections.abc import Callable
 from .. import netns, procs, state
 from ..paths import lab_run_dir, node_run_dir
 from ..plan import Node, Plan
+from ..progress import steps
 from . import guest
 from .vm import RxeVm, VmError
 
@@ -74,8 +75,15 @@ def boot_all(plan: Plan, hosts: list[Node], undo: contextlib.ExitStack,
     for vm in vms:  # registered before any starts: a failed boot stops the others too
         undo.callback(vm.stop)
     t0 = time.monotonic()
+    phase = steps(progress, "rxe guests", len(vms), "booted")
+
+    def boot(vm: RxeVm) -> None:
+        vm.start(initrd=initrd)
+        phase.advance(detail=f"{vm.name} in {vm.boot_s or 0:.1f} s")
+
     try:  # netns.parallel: its threads end with their guest, and a rollback joins them
-        netns.parallel(lambda vm: vm.start(initrd=initrd), vms, workers=len(vms))
+        with phase:
+            netns.parallel(boot, vms, workers=len(vms))
     except VmError:
         raise
     except Exception as e:

@@ -94,9 +94,7 @@ def test_down_signals_every_process_at_once_and_reports_progress(kernel):
     assert kernel["killed"] == [[11, 12, 13]]  # one kill_pids: SIGTERM all, then one wait
     assert kernel["prefix"] == ["xc-a-"]
     assert sorted(kernel["removed"]) == ["xc-a-h1", "xc-a-leaf1", "xc-a-spine1"]
-    assert [ln.split(",")[0] for ln in lines] == [
-        "down xc-a: processes: 1/3 exited (33%)", "down xc-a: processes: 2/3 exited (66%)",
-        "down xc-a: processes: 3/3 exited (100%)", "down xc-a: processes: 3/3 exited (100%)",
-        "down xc-a: namespaces: 1/3 removed (33%)", "down xc-a: namespaces: 2/3 removed (66%)",
-        "down xc-a: namespaces: 3/3 removed (100%)", "down xc-a: namespaces: 3/3 removed (100%)"]
-    assert ", in " in lines[3] and ", in " in lines[7]  # each phase's last line: how long it took
+    assert [ln.split(",")[0] for ln in lines] == [  # the first and the last of each phase
+        "down xc-a: processes: 1/3 exited (33%)", "down xc-a: processes: 3/3 exited (100%)",
+        "down xc-a: namespaces: 1/3 removed (33%)", "down xc-a: namespaces: 3/3 removed (100%)"]
+    assert ", in " in lines[1] and ", in " in lines[3]  # each phase's last line: how long it took

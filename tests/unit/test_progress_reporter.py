@@ -67,9 +67,8 @@ def test_without_a_terminal_a_line_every_few_seconds_never_a_flood():
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()  # plain text only
     assert lines[0] == "[   0.0s] starting FRR on 264 routers"
-    assert lines[1] == "[   0.0s] daemons: 0/264 routers (0%), 0 s"
-    assert [ln[:9] for ln in lines[2:]] == ["[   5.0s]", "[  10.0s]", "[  15.0s]", "[  16.5s]"]
-    assert lines[2] == "[   5.0s] daemons: 80/264 routers (30%), 5 s, ETA 12 s"  # 79 in 4.94 s
+    assert [ln[:9] for ln in lines[1:]] == ["[   5.0s]", "[  10.0s]", "[  15.0s]", "[  16.5s]"]
+    assert lines[1] == "[   5.0s] daemons: 80/264 routers (30%), 5 s, ETA 12 s"  # 79 in 4.94 s
     assert lines[-1] == "[  16.5s] daemons: 264/264 routers (100%), in 17 s"
 
 
@@ -79,7 +78,27 @@ def test_a_shorter_interval_writes_more_lines():
     for done in range(1, 101):
         clock.t += 0.125
         p.update(done)
-    assert len(out.getvalue().splitlines()) == 13  # the start, one a second for 12.5 s
+    assert len(out.getvalue().splitlines()) == 12  # one a second for 12.5 s
+
+
+def test_without_a_terminal_a_phase_shorter_than_the_interval_shows_nothing():
+    r, out, clock = reporter(tty=False, every_s=5.0)
+    with r.phase("daemons", 6, "routers") as p:
+        for done in range(1, 7):
+            clock.t += 0.5
+            p.update(done)
+    assert out.getvalue() == ""  # a small lab's up: its notes and the summary, no more
+
+
+def test_without_a_terminal_a_stuck_phase_still_shows_a_line_every_interval():
+    r, out, clock = reporter(tty=False, every_s=5.0)
+    p = r.phase("routing", 264, "routers converged")
+    for _ in range(40):  # 20 s, the count never moves
+        clock.t += 0.5
+        p.update(100, "fib: 3100 prefixes missing")
+    assert out.getvalue().splitlines() == [
+        f"[  {t:4.1f}s] routing: 100/264 routers converged (37%), fib: 3100 prefixes missing, {t:.0f} s"
+        for t in (5.0, 10.0, 15.0, 20.0)]
 
 
 def test_on_a_terminal_one_line_is_rewritten_in_place_then_cleared():
@@ -126,11 +145,16 @@ def test_a_long_status_line_is_cut_to_the_terminal_width():
 def test_a_plain_callable_gets_each_update_as_text():
     seen: list[str] = []
     clock = Clock()
-    with pg.steps(seen.append, "rxe guests", 2, "booted", clock=clock) as p:
+    with pg.steps(seen.append, "rxe guests", 3, "booted", clock=clock) as p:
         p.advance()
+        clock.t += 0.5
+        p.advance()  # within LINES_EVERY_S of the last message: not sent
+        clock.t += 0.5
         p.advance()
-    assert seen == ["rxe guests: 1/2 booted (50%), 0 s", "rxe guests: 2/2 booted (100%), 0 s",
-                    "rxe guests: 2/2 booted (100%), in 0 s"]
+        clock.t += 1
+        p.update(3)  # nothing changed: not sent
+    assert seen == ["rxe guests: 1/3 booted (33%), 0 s", "rxe guests: 3/3 booted (100%), 1 s",
+                    "rxe guests: 3/3 booted (100%), in 2 s"]
 
 
 def test_an_interrupted_phase_says_so():
