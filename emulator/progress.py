@@ -111,16 +111,16 @@ class Phase:
         return (self.total - self.done) / (gained / elapsed)
 
     def text(self, final: bool = False) -> str:
-        """`daemons: 120/264 routers (45%), 3 missing, 12 s, ETA 14 s`."""
+        """`routing: 120/264 routers converged (45%), 12 s, ETA 14 s, fib: 31 prefixes missing`:
+        the detail last, where a terminal's width cuts it, not the ETA."""
         count = f"{self.done}/{self.total} {self.unit}".rstrip()
         if self.total:
             count += f" ({100 * self.done // self.total}%)"
-        parts = [count] + ([self.detail] if self.detail else [])
-        parts.append(("in " if final else "") + duration(self.clock() - self.started))
+        parts = [count, ("in " if final else "") + duration(self.clock() - self.started)]
         eta = None if final else self.eta_s()
         if eta is not None:
             parts.append(f"ETA {duration(eta)}")
-        return f"{self.name}: " + ", ".join(parts)
+        return f"{self.name}: " + ", ".join(parts + ([self.detail] if self.detail else []))
 
 
 class Reporter:
@@ -159,8 +159,8 @@ class Reporter:
                 due = final or not phase.shown or now - phase.shown_at >= TTY_EVERY_S
             elif final:  # the last line of a phase that showed, or took that long
                 due = phase.shown or now - phase.started >= self.every_s
-            else:  # a line each every_s
-                due = now - phase.shown_at >= self.every_s
+            else:  # a line each every_s; the count complete: the last line says it
+                due = now - phase.shown_at >= self.every_s and phase.done < phase.total
             if due:
                 phase.shown_at, phase.shown = now, True
                 self._write(phase.text(final))

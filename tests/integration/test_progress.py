@@ -38,7 +38,8 @@ def test_up_and_down_show_each_phases_progress_on_stderr_and_json_stays_clean():
         assert ", in " in final(err, "namespaces") and "14/14 created (100%)" in final(err, "namespaces")
         assert "16/16 created (100%)" in final(err, "links")
         assert "6/6 routers started (100%)" in final(err, "daemons")
-        assert re.search(r"routing: \d/6 routers converged \(\d+%\), (fib|bgp): \d+ ", err), err
+        assert re.search(r"routing: \d/6 routers converged \(\d+%\), \d+ s(, ETA \d+ s)?, (fib|bgp): \d+ ",
+                         err), err
         assert "6/6 routers converged (100%), in " in final(err, "routing")
         assert "routing converged; checking host reachability" in err
         assert "56/56 host pairs answered (100%), in " in final(err, "reach")

@@ -68,10 +68,10 @@ def test_watch_shows_routers_converged_with_an_eta_then_pairs_answered(plan):
     clock.t += 6
     watch.reached(CheckResult("reach", True, [], 56, 56))
     assert out.getvalue().splitlines() == [
-        "[   6.0s] routing: 1/6 routers converged (16%), fib: 30 prefixes missing; "
-        "e.g. leaf2: 6 prefixes not at the expected width, 6 s, ETA 15 s",
-        "[  12.0s] routing: 3/6 routers converged (50%), fib: 18 prefixes missing; "
-        "e.g. leaf2: 6 prefixes not at the expected width, 12 s, ETA 9 s",
+        "[   6.0s] routing: 1/6 routers converged (16%), 6 s, ETA 15 s, fib: 30 prefixes missing; "
+        "e.g. leaf2: 6 prefixes not at the expected width",
+        "[  12.0s] routing: 3/6 routers converged (50%), 12 s, ETA 9 s, fib: 18 prefixes missing; "
+        "e.g. leaf2: 6 prefixes not at the expected width",
         "[  12.0s] routing: 6/6 routers converged (100%), in 12 s",
         "[  12.0s] routing converged; checking host reachability",
         "[  18.0s] reach: 56/56 host pairs answered (100%), in 6 s"]
@@ -84,6 +84,7 @@ def test_routing_falls_back_after_reach_failed_and_counts_again(plan):
     watch.answered(50, 56)
     watch.reached(CheckResult("reach", False, ["h1 cannot reach h2"], 50, 56, 6))
     watch.polled([CheckResult("fib", False, ["leaf1: 1 prefixes ..."], 5, 6, 1)])
-    assert seen[-2].startswith("reach: 50/56 host pairs answered (89%), "
-                               "reach: 6 host pairs unanswered; e.g. h1 cannot reach h2, in ")
-    assert seen[-1].startswith("routing: 5/6 routers converged (83%), fib: 1 prefixes missing")
+    assert seen[-2] == ("reach: 50/56 host pairs answered (89%), in 0 s, "
+                        "reach: 6 host pairs unanswered; e.g. h1 cannot reach h2")
+    assert seen[-1] == ("routing: 5/6 routers converged (83%), 0 s, fib: 1 prefixes missing; "
+                        "e.g. leaf1: 1 prefixes ...")

@@ -52,8 +52,8 @@ def test_the_text_counts_percent_detail_elapsed_and_eta():
     p.update(0)
     clock.t += 30
     p.update(50, "3100 prefixes missing")
-    assert p.text() == "BGP: 50/200 routers converged (25%), 3100 prefixes missing, 30 s, ETA 1m30s"
-    assert p.text(final=True) == "BGP: 50/200 routers converged (25%), 3100 prefixes missing, in 30 s"
+    assert p.text() == "BGP: 50/200 routers converged (25%), 30 s, ETA 1m30s, 3100 prefixes missing"
+    assert p.text(final=True) == "BGP: 50/200 routers converged (25%), in 30 s, 3100 prefixes missing"
 
 
 def test_without_a_terminal_a_line_every_few_seconds_never_a_flood():
@@ -70,6 +70,14 @@ def test_without_a_terminal_a_line_every_few_seconds_never_a_flood():
     assert [ln[:9] for ln in lines[1:]] == ["[   5.0s]", "[  10.0s]", "[  15.0s]", "[  16.5s]"]
     assert lines[1] == "[   5.0s] daemons: 80/264 routers (30%), 5 s, ETA 12 s"  # 79 in 4.94 s
     assert lines[-1] == "[  16.5s] daemons: 264/264 routers (100%), in 17 s"
+
+
+def test_without_a_terminal_a_complete_count_is_said_once_by_the_last_line():
+    r, out, clock = reporter(tty=False, every_s=1.0)
+    with r.phase("daemons", 4, "routers started") as p:
+        clock.t += 2
+        p.update(4)  # all started: the phase is about to end
+    assert out.getvalue().splitlines() == ["[   2.0s] daemons: 4/4 routers started (100%), in 2 s"]
 
 
 def test_a_shorter_interval_writes_more_lines():
@@ -97,7 +105,7 @@ def test_without_a_terminal_a_stuck_phase_still_shows_a_line_every_interval():
         clock.t += 0.5
         p.update(100, "fib: 3100 prefixes missing")
     assert out.getvalue().splitlines() == [
-        f"[  {t:4.1f}s] routing: 100/264 routers converged (37%), fib: 3100 prefixes missing, {t:.0f} s"
+        f"[  {t:4.1f}s] routing: 100/264 routers converged (37%), {t:.0f} s, fib: 3100 prefixes missing"
         for t in (5.0, 10.0, 15.0, 20.0)]
 
 
@@ -162,7 +170,7 @@ def test_an_interrupted_phase_says_so():
     with pytest.raises(KeyboardInterrupt), pg.steps(seen.append, "down", 4, "namespaces") as p:
         p.update(1)
         raise KeyboardInterrupt
-    assert seen[-1] == "down: 1/4 namespaces (25%), interrupted, in 0 s"
+    assert seen[-1] == "down: 1/4 namespaces (25%), in 0 s, interrupted"
 
 
 @pytest.mark.parametrize("text, every", [(None, 5.0), ("", 5.0), ("2", 2.0), ("0.5", 0.5)])
