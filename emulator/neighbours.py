@@ -204,8 +204,11 @@ def restore() -> list[str]:
 
 
 def restore_if_idle() -> list[str]:
-    """restore(), if no lab is left on the host (asked under the record's lock)."""
+    """restore(), if no lab is left on the host (asked under the record's lock). Without a
+    record there is nothing to restore, and every lab's `down` skips asking the kernel."""
     with _locked():
+        if not record_path().exists():
+            return []
         return [] if state.known_labs() else _restore()
 
 

@@ -113,3 +113,11 @@ def test_an_older_record_without_the_written_values_restores_as_before(host):
     neighbours.record_path().write_text(json.dumps({"ipv4": DEFAULTS}))
     assert neighbours.restore() == []
     assert value(host, "ipv4", "gc_thresh3") == 1024
+
+
+def test_without_a_record_down_does_not_look_for_other_labs(host, monkeypatch):
+    def asked():
+        raise AssertionError("known_labs scans every namespace and process on the machine")
+    monkeypatch.setattr(state, "known_labs", asked)
+    assert not neighbours.record_path().exists()
+    assert neighbours.restore_if_idle() == []
