@@ -328,7 +328,7 @@ def down(lab: str, progress: Progress = _quiet) -> DownResult:
     run_dir = own_run_dir(lab)  # first: a symlinked run dir is refused before anything is read
     record = state.read(lab) or {}
     exporter = metrics_launch.stop(lab)  # first: it reads every namespace about to go
-    pids = _stop_processes(lab, progress) + ([exporter] if exporter else [])
+    pids = _stop_processes(lab, record, progress) + ([exporter] if exporter else [])
     # Only namespaces named <lab>-*, and of those only the ones its tag says are the lab's.
     names = {n for n, tag in state.tagged_namespaces(f"{lab}-").items() if tag == lab}
     # Namespaces named in the intent record but not yet tagged (a crash mid-create).
@@ -340,12 +340,16 @@ def down(lab: str, progress: Progress = _quiet) -> DownResult:
     return DownResult(lab, len(pids), len(names), run_dir is not None, notes)
 
 
-def _stop_processes(lab: str, progress: Progress) -> list[int]:
-    """SIGTERM every process tagged with the lab at once, then wait for them together."""
+def _stop_processes(lab: str, record: dict[str, Any], progress: Progress) -> list[int]:
+    """Signal every process tagged with the lab at once, then wait for them together. The
+    FRR daemons the record names get SIGKILL: their namespaces go next, and a bgpd's
+    orderly exit (notifying every peer) cost 68 routers ~0.9 s of CPU on two cores."""
     pids = [pid for pid, tag in procs.tagged_processes().items() if tag == lab]
+    frr_pids = {d["pid"] for d in record.get("daemons", [])
+                if isinstance(d, dict) and isinstance(d.get("pid"), int)}
     if pids:
         with steps(progress, f"down {lab}: processes", len(pids), "exited") as phase:
-            procs.kill_pids(pids, lab, exited=phase.update)
+            procs.kill_pids(pids, lab, exited=phase.update, at_once=frr_pids)
     return pids
 
 

@@ -21,7 +21,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,16 +210,17 @@ def kill_tagged(lab: str, exited: Exited | None = None) -> list[int]:
 
 
 def kill_pids(pids: list[int], lab: str | None = None, timeout_s: float = 5.0,
-              exited: Exited | None = None) -> None:
+              exited: Exited | None = None, at_once: Collection[int] = ()) -> None:
     """SIGTERM the given PIDs, wait up to `timeout_s`, then SIGKILL what is left. Only these
     PIDs, each signalled through a pidfd taken before the first signal (a PID that exits and
     is reused while we wait is never hit), and with `lab` only a process that carries the
     lab's tag, checked before SIGTERM and again before SIGKILL. All are signalled first,
-    then waited for together (`exited`: how many have, as they do)."""
+    then waited for together (`exited`: how many have, as they do). Those also in
+    `at_once` get SIGKILL at once: nothing their own shutdown does is needed."""
     fds = _pidfds(pids, lab)
     try:
-        for fd in fds.values():
-            _signal(fd, signal.SIGTERM)
+        for pid, fd in fds.items():
+            _signal(fd, signal.SIGKILL if pid in at_once else signal.SIGTERM)
         for pid in _wait_exit(fds, timeout_s, exited):
             if lab is None or process_tag(pid) == lab:
                 _signal(fds[pid], signal.SIGKILL)

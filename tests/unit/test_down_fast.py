@@ -68,13 +68,15 @@ def kernel(monkeypatch, tmp_path):
     seen: dict[str, list] = {"killed": [], "removed": [], "prefix": []}
     monkeypatch.setattr(lab, "require_root", lambda: None)
     monkeypatch.setattr(lab, "own_run_dir", lambda name: None)
-    monkeypatch.setattr(state, "read", lambda name: None)
+    daemons = [{"node": "leaf1", "name": "bgpd", "pid": 12}, {"node": "leaf1", "name": "x", "pid": "?"}]
+    monkeypatch.setattr(state, "read", lambda name: {"daemons": daemons})
     monkeypatch.setattr(metrics_launch, "stop", lambda name: None)
     monkeypatch.setattr(neighbours, "restore_if_idle", lambda: [])
     monkeypatch.setattr(procs, "tagged_processes", lambda: {11: "xc-a", 12: "xc-a", 13: "xc-a", 14: "xc-b"})
 
-    def kill(pids, name, timeout_s=5.0, exited=None):
+    def kill(pids, name, timeout_s=5.0, exited=None, at_once=()):
         seen["killed"].append(list(pids))
+        seen["at_once"] = set(at_once)
         for n in range(1, len(pids) + 1):
             exited(n)
     monkeypatch.setattr(procs, "kill_pids", kill)
@@ -91,7 +93,8 @@ def test_down_signals_every_process_at_once_and_reports_progress(kernel):
     lines: list[str] = []
     result = lab.down("xc-a", progress=lines.append)
     assert (result.processes, result.namespaces) == (3, 3)
-    assert kernel["killed"] == [[11, 12, 13]]  # one kill_pids: SIGTERM all, then one wait
+    assert kernel["killed"] == [[11, 12, 13]]  # one kill_pids: signal all, then one wait
+    assert kernel["at_once"] == {12}  # the record's FRR daemon: SIGKILL, no orderly exit
     assert kernel["prefix"] == ["xc-a-"]
     assert sorted(kernel["removed"]) == ["xc-a-h1", "xc-a-leaf1", "xc-a-spine1"]
     assert [ln.split(",")[0] for ln in lines] == [  # the first and the last of each phase

@@ -61,3 +61,18 @@ def test_a_process_that_exits_on_sigterm_ends_the_wait(spawn):
     procs.kill_pids([proc.pid], "xc-mine", timeout_s=60)  # returns when it exits, not at 60 s
     proc.wait(10)
     procs.kill_pids([proc.pid], "xc-mine", timeout_s=0.1)  # gone and reaped: nothing to do
+
+
+def test_at_once_gets_sigkill_without_waiting_out_sigterm(spawn):
+    # It ignores SIGTERM: were it sent SIGTERM first, the wait would run its full 60 s.
+    proc = spawn("xc-mine")
+    told: list[int] = []
+    procs.kill_pids([proc.pid], "xc-mine", timeout_s=60, exited=told.append, at_once={proc.pid})
+    proc.wait(10)  # ended (reaped by kill_pids), without the 60 s wait
+    assert told == [1]
+
+
+def test_at_once_is_still_only_for_the_labs_own(spawn):
+    other = spawn("xc-other", "echo ready; exec sleep 60")
+    procs.kill_pids([other.pid], "xc-mine", timeout_s=0.1, at_once={other.pid})
+    assert other.poll() is None
