@@ -289,8 +289,10 @@ def _start_daemons(plan: Plan, rendered: Rendered, undo: contextlib.ExitStack,
     undo.callback(lambda: procs.kill_pids([d.pid for d in started], plan.lab))
     if not plan.frr_nodes:  # bridges only
         return started, frr.start_all(plan, started)
-    with steps(progress, "daemons", len(plan.frr_nodes), "routers started") as phase:
-        return started, frr.start_all(plan, started, phase.update)
+    n = len(plan.frr_nodes)
+    with steps(progress, "daemons", n, "routers started") as phase:
+        return started, frr.start_all(plan, started, lambda done, zebras: phase.update(
+            done, f"{zebras}/{n} zebras spawned" if zebras < n else ""))
 
 
 def _timings(m: dict[str, float]) -> dict[str, float]:

@@ -127,12 +127,17 @@ class Reporter:
     """Progress on one stream: a status line on a terminal, sparse lines elsewhere."""
 
     def __init__(self, stream: TextIO, *, tty: bool | None = None, every_s: float = EVERY_S,
-                 clock: Clock = time.monotonic, width: int = 80) -> None:
+                 clock: Clock = time.monotonic, width: int = 80, keep_alive: bool = True) -> None:
+        """`keep_alive`: a thread calls `tick` about once a second (tests call it themselves)."""
         self.stream, self.every_s, self.clock, self.width = stream, every_s, clock, width
         self.tty = stream.isatty() if tty is None else tty
         self.start = clock()
         self._shown = 0  # columns of the status line now on the terminal
         self._lock = threading.Lock()
+        self._active: Phase | None = None  # the phase `tick` shows again
+        self._closed = threading.Event()
+        self._ticker = threading.Thread(target=self._keep_alive, name="rocelab-progress",
+                                        daemon=True) if keep_alive else None
 
     def __call__(self, msg: str) -> None:
         """A one-off message (a phase starting, a decision taken)."""
@@ -141,11 +146,28 @@ class Reporter:
 
     def phase(self, name: str, total: int, unit: str = "") -> Phase:
         p = Phase(self._show, name, total, unit, self.clock)
+        self._active = p
         self._show(p, False)
+        if self._ticker is not None and not self._ticker.is_alive() and not self._closed.is_set():
+            self._ticker.start()
         return p
 
+    def tick(self) -> None:
+        """Show the running phase again when it is due, updated or not: one step (a poll of
+        a 264-router fabric) can take longer than the interval, and the time still counts."""
+        p = self._active
+        if p is not None and not p.ended:
+            self._show(p, False)
+
+    def _keep_alive(self) -> None:
+        while not self._closed.wait(min(1.0, self.every_s)):
+            self.tick()
+
     def close(self) -> None:
-        """Clear the status line (a terminal): what follows starts on a clean line."""
+        """Stop the ticks; clear the status line (a terminal): what follows starts clean."""
+        self._closed.set()
+        if self._ticker is not None and self._ticker.is_alive():
+            self._ticker.join()
         with self._lock:
             if self.tty and self._shown:
                 self.stream.write("\r" + " " * self._shown + "\r")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import threading
 
 import pytest
 
@@ -30,7 +31,7 @@ class Stream(io.StringIO):
 
 def reporter(tty: bool, every_s: float = 5.0, width: int = 80) -> tuple[pg.Reporter, Stream, Clock]:
     clock, stream = Clock(), Stream(tty)
-    return pg.Reporter(stream, every_s=every_s, clock=clock, width=width), stream, clock
+    return pg.Reporter(stream, every_s=every_s, clock=clock, width=width, keep_alive=False), stream, clock
 
 
 def test_eta_is_what_is_left_at_the_rate_seen_so_far():
@@ -190,3 +191,26 @@ def test_a_bad_log_interval_is_one_line_naming_the_setting(text):
 @pytest.mark.parametrize("s, text", [(0.4, "0 s"), (59, "59 s"), (61, "1m01s"), (3725, "1h02m")])
 def test_durations_are_short(s, text):
     assert pg.duration(s) == text
+
+
+def test_a_phase_waiting_on_one_long_step_still_shows_a_line_every_interval():
+    r, out, clock = reporter(tty=False, every_s=5.0)
+    p = r.phase("routing", 264, "routers converged")
+    p.update(3, "fib: 9000 prefixes missing")
+    for _ in range(12):  # one poll of a big fabric: 12 s without an update
+        clock.t += 1
+        r.tick()
+    assert [ln[:9] for ln in out.getvalue().splitlines()] == ["[   5.0s]", "[  10.0s]"]
+    assert out.getvalue().splitlines()[1] == (
+        "[  10.0s] routing: 3/264 routers converged (1%), 10 s, fib: 9000 prefixes missing")
+    p.end()
+    r.tick()  # an ended phase is not shown again
+    assert len(out.getvalue().splitlines()) == 3
+
+
+def test_the_keep_alive_thread_stops_with_the_reporter():
+    r = pg.Reporter(Stream(False), every_s=5.0)
+    with r.phase("daemons", 2):
+        pass
+    r.close()
+    assert not any(t.name == "rocelab-progress" for t in threading.enumerate())
