@@ -71,7 +71,7 @@ class Phase:
         self._show, self.clock = show, clock
         self.started = clock()
         self._first: tuple[float, int] | None = None  # (when, done) of the first update
-        self._lock = threading.Lock()  # guest boots advance from several threads
+        self._lock = threading.RLock()  # guest boots, namespaces advance from several threads
         self.ended = False
         self.shown_at = self.started  # when its renderer last showed it
         self.shown = False  # has it shown a line yet
@@ -84,15 +84,15 @@ class Phase:
             self._show(self, False)
 
     def advance(self, n: int = 1, detail: str = "") -> None:
-        with self._lock:
-            done = self.done + n
-        self.update(done, detail)
+        with self._lock:  # read and add under one hold: no increment lost between threads
+            self.update(self.done + n, detail)
 
     def end(self, detail: str = "") -> None:
         """The phase is over (its last line: the count and how long it took)."""
-        if not self.ended:
-            self.ended, self.detail = True, detail
-            self._show(self, True)
+        with self._lock:
+            if not self.ended:
+                self.ended, self.detail = True, detail
+                self._show(self, True)
 
     def __enter__(self) -> Phase:
         return self

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import sys
 import threading
 
 import pytest
@@ -214,3 +215,18 @@ def test_the_keep_alive_thread_stops_with_the_reporter():
         pass
     r.close()
     assert not any(t.name == "rocelab-progress" for t in threading.enumerate())
+
+
+def test_advances_from_many_threads_lose_no_count():
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes: races show
+    try:
+        p = pg.steps(lambda _: None, "namespaces", 8000, "created")
+        workers = [threading.Thread(target=lambda: [p.advance() for _ in range(2000)]) for _ in range(4)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert p.done == 8000
