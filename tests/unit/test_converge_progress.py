@@ -56,7 +56,7 @@ class Clock:
 
 def test_watch_shows_routers_converged_with_an_eta_then_pairs_answered(plan):
     clock, out = Clock(), io.StringIO()
-    r = pg.Reporter(out, tty=False, every_s=5.0, clock=clock)
+    r = pg.Reporter(out, tty=False, every_s=5.0, clock=clock, keep_alive=False)
     watch = Watch(plan, r)  # the routing phase starts with the wait, before the first poll
     for done in (0, 1, 2, 3):  # a poll every 3 s
         clock.t += 3

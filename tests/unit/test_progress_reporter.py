@@ -213,8 +213,10 @@ def test_the_keep_alive_thread_stops_with_the_reporter():
     r = pg.Reporter(Stream(False), every_s=5.0)
     with r.phase("daemons", 2):
         pass
+    ticker = r._ticker
+    assert ticker is not None and ticker.is_alive()  # started with the first phase
     r.close()
-    assert not any(t.name == "rocelab-progress" for t in threading.enumerate())
+    assert not ticker.is_alive()
 
 
 def test_advances_from_many_threads_lose_no_count():
