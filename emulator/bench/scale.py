@@ -1,11 +1,13 @@
 """Scale benchmark: time (per phase) and memory against routers, 8 -> 264 routers.
 
 Each fabric of the curve is brought up to converged and taken down, one after the other:
-its `up` phases (realize, daemons, BGP, verify), the machine's memory it took (MemAvailable
-before and after, so the kernel's share counts), the FRR daemons' RSS and CPU seconds, and
-the estimate `render` prints beside it (its error). The 3-tier fabrics announce one /24
-per leaf (`bgp.aggregate_hosts`, docs/scale.md). Target: >= 256 routers and >= 1,024
-hosts converged in <= 90 s within 12 GB, the estimate within 20 % at every size.
+its `up` phases (realize, daemons, BGP, verify), the memory it holds (its processes' PSS
+and what the kernel grew by: `memory_mb`; MemAvailable before and after `up`, and what
+`down` gave back, are reported beside it, but other labs on the machine move them), the
+FRR daemons' RSS and CPU seconds, and the estimate `render` prints beside it (its error).
+The 3-tier fabrics announce one /24 per leaf (`bgp.aggregate_hosts`, docs/scale.md).
+Target: >= 256 routers and >= 1,024 hosts converged in <= 90 s within 12 GB, the
+estimate within 20 % at every size.
 
 Baseline, measured in the same run: the 132-router fabric as it was built before
 (a /31 per host NIC), and on it one round of the convergence poll's FIB read with
@@ -88,16 +90,50 @@ def frr_cpu_s(name: str) -> dict[str, float]:
     return out
 
 
+KERNEL_FIELDS = ("Slab", "Percpu", "KernelStack", "PageTables")
+
+
+def kernel_mb() -> float:
+    """The kernel's own memory (/proc/meminfo: slab, per-CPU, stacks, page tables), in MB:
+    where namespaces, veths, sockets and routes live."""
+    with open("/proc/meminfo") as f:
+        rows = dict(line.split(":", 1) for line in f)
+    return sum(int(rows[k].split()[0]) for k in KERNEL_FIELDS) / 1024
+
+
+def pss_mb(name: str) -> float:
+    """Proportional set size of every process of lab `name` (shared pages split among their
+    users, unlike RSS), in MB."""
+    kib = 0
+    for pid, tag in procs.tagged_processes().items():
+        if tag != name:
+            continue
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                kib += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):  # gone meanwhile
+            continue
+    return kib / 1024
+
+
+def lab_memory_mb(name: str, kernel_before: float) -> int:
+    """What lab `name` holds: its processes' PSS and what the kernel grew by since
+    `kernel_before`. Less disturbed than MemAvailable by other labs on the machine (a
+    guest or engine of theirs allocating meanwhile), though their namespaces count too."""
+    return round(pss_mb(name) + kernel_mb() - kernel_before)
+
+
 def one(key: str, shape: dict[str, Any], baseline: bool = False) -> dict[str, Any]:
     name = f"{PREFIX}scale-{key}"
     topo = {"name": name} | shape
     plan = lab.load_topology(topo)[1]
     est = estimate.estimate(plan)
-    before, load = estimate.available_mb(), os.getloadavg()[0]
+    before, load, kernel0 = estimate.available_mb(), os.getloadavg()[0], kernel_mb()
     cpu0 = time.process_time()
     try:
         result = lab.up(topo, timeout_s=TIMEOUT_S)
         taken = before - estimate.available_mb()
+        used = lab_memory_mb(name, kernel0)
         row = {"frr_rss_mb": router_rss_mb(name), "frr_cpu_s": frr_cpu_s(name),
                "rocelab_cpu_s": round(time.process_time() - cpu0, 2)}
         row |= fib_read_baseline(plan) if baseline else {}
@@ -105,12 +141,10 @@ def one(key: str, shape: dict[str, Any], baseline: bool = False) -> dict[str, An
         t, held = time.monotonic(), estimate.available_mb()
         lab.down(name)
         down_s = time.monotonic() - t
-    # Other labs on the machine move MemAvailable too: what `up` took and what `down`
-    # gave back are two samples of the lab's memory; the figure is their mean.
-    freed = estimate.available_mb() - held
-    used = round((taken + freed) / 2)
+    freed = estimate.available_mb() - held  # (the kernel frees a namespace's memory later)
     return {"routers": len(plan.routers), "hosts": len(plan.hosts), "namespaces": len(plan.nodes),
             "links": len(plan.links), "prefixes": len(plan.fib_targets()),
+            "bgp_sessions": est.bgp_sessions, "bgp_paths": estimate.bgp_paths(plan),
             "converged_s": result.timings["total_s"], "timings": result.timings,
             "memory_mb": used, "memory_taken_mb": taken, "memory_freed_mb": freed,
             "estimate_mb": est.memory_mb, "estimate_error": round(est.memory_mb / max(used, 1) - 1, 3),
