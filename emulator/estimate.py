@@ -1,20 +1,23 @@
 """What a lab will cost the machine, before anything exists: `render` prints it, `up` refuses
 a lab that would not fit.
 
-Memory is a model fitted to labs measured on the reference machine (MemAvailable before
-and after `up`; `make bench`, section scale, re-measures it and prints estimate / measured):
+Memory is a model fitted to labs measured on the reference machine (`make bench`, section
+scale: each lab's processes' PSS and what the kernel grew by; it prints estimate / measured):
 
-    fixed   100 MB   this process, the dataplane controller
-    router    8 MB   zebra, bgpd, staticd (bfdd) before any peer
-    session   1 MB   each BGP session end: bgpd's per-peer buffers and adj-RIB
-    namespace 2 MB   a namespace with its veth ends, sysctls and FIB
-    host kind        what `up` starts for each host of its kind (emulator/hosts/): an
-                     rxe host's QEMU guest (512 MB), nothing for an engine host (its
-                     engine starts on its first transfer)
+    fixed      50 MB   this process at its peak, the dataplane controller
+    router    8.2 MB   zebra, bgpd, staticd (bfdd) before any route
+    namespace   1 MB   a namespace with its veth ends, sysctls and FIB
+    path      3.3 KB   each prefix the fabric announces, at each BGP session end: bgpd's
+                       path and buffers, zebra's and the kernel's share of the route
+    host kind          what `up` starts for each host of its kind (emulator/hosts/): an
+                       rxe host's QEMU guest (512 MB), nothing for an engine host (its
+                       engine starts on its first transfer)
 
-It errs high, never low, in `make bench` (section scale): 1.14 x the measured memory on the
-132-router fabric, 1.19 x at 80 routers, 1.35 x at 32 and 2.4 x at 8 (where the fixed
-part dominates). Time is not estimated: docs/scale.md has the measured curve.
+The paths make it grow faster than the routers: a 3-tier fabric of 264 routers with a /31
+per host NIC carries 3.6 million of them, with one /24 per leaf (bgp.aggregate_hosts) 1.2
+million. Fitted to the curve of 8, 24, 66, 132 and 264 routers (aggregated), the estimate
+was within 18 % of the measured memory at every size (docs/scale.md). Time is not
+estimated: docs/scale.md has the measured curve.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from .hosts import kind_of
 from .plan import Plan
 from .render import daemons_for
 
-FIXED_MB = 100.0
-ROUTER_MB = 8.0
-SESSION_MB = 1.05
-NAMESPACE_MB = 1.8
+FIXED_MB = 50.0
+ROUTER_MB = 8.2
+NAMESPACE_MB = 1.0
+PATH_KB = 3.3
 HEADROOM = 0.9  # of MemAvailable: the kernel and everything else keep a tenth
 
 
@@ -60,6 +63,15 @@ def fits(est: Estimate, available: int) -> bool:
     return est.memory_mb <= available * HEADROOM
 
 
+def bgp_paths(plan: Plan) -> int:
+    """Routes every BGP session end carries on a healthy fabric: the prefixes the fabric
+    announces (each router's loopback, and the host prefixes or the leaves' /24s) times the
+    session ends -- bgpd keeps each as a path, and zebra and the kernel the best of them."""
+    routers = plan.frr_nodes
+    sessions = sum(1 for r in routers for i in r.interfaces if i.fabric)
+    return sessions * (len(plan.fib_targets()) + len(routers)) if routers else 0
+
+
 def estimate(plan: Plan) -> Estimate:
     """The lab's size and memory (pure)."""
     routers = plan.frr_nodes
@@ -67,8 +79,9 @@ def estimate(plan: Plan) -> Estimate:
     kinds = [kind_of(h) for h in plan.hosts]
     processes = (sum(len(daemons_for(plan, r)) for r in routers) + (1 if plan.congestion else 0)
                  + sum(k.boot_processes for k in kinds))
-    memory = (FIXED_MB + ROUTER_MB * len(routers) + SESSION_MB * sessions
-              + NAMESPACE_MB * len(plan.nodes) + sum(k.boot_memory_mb for k in kinds))
+    memory = (FIXED_MB + ROUTER_MB * len(routers)
+              + NAMESPACE_MB * len(plan.nodes) + PATH_KB * bgp_paths(plan) / 1024
+              + sum(k.boot_memory_mb for k in kinds))
     return Estimate(len(plan.nodes), len(plan.links), len(plan.routers), len(plan.hosts),
                     processes, sessions, round(memory))
 

@@ -8,6 +8,7 @@ compared with rocelab's realize phase (the part that baseline covers).
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from .. import lab, procs
 from ..plan import Plan
 from ..realize import COMMON_SYSCTLS, ROUTER_SYSCTLS
 
-TARGETS_S = {"clos-2x4": 3.0, "clos-8x16": 8.0, "clos-3tier": 3.0, "rail-4x8": 3.0}
+TARGETS_S = {"clos-2x4": 1.5, "clos-8x16": 8.0, "clos-3tier": 3.0, "rail-4x8": 3.0}
 ORCHESTRATION_SHARE_MAX = 0.25
+PREFIX = os.environ.get("ROCELAB_BENCH_PREFIX", "bench-")  # labs: <prefix><stem>
 
 
 def _ip(*args: str) -> None:
@@ -74,6 +76,7 @@ def one_run(topology: str, name: str) -> dict[str, Any]:
     # spawning daemons, and verification. (Daemon start-up wall time is FRR's.)
     orchestration = t["realize_s"] + t["verified_s"] + t["spawn_cpu_s"]
     return t | {"down_s": round(down_s, 3), "router_rss_mb": rss,
+                "load_average_1m": round(os.getloadavg()[0], 2),
                 "orchestration_s": round(orchestration, 3),
                 "orchestration_share": round(orchestration / t["total_s"], 3)}
 
@@ -84,10 +87,10 @@ def run(repeats: int = 3, log=lambda m: print(m, file=sys.stderr)) -> dict[str, 
         topology = f"topologies/{stem}.yaml"
         runs = []
         for i in range(repeats):
-            runs.append(one_run(topology, f"bench-{stem.replace('clos-', '')}"))
+            runs.append(one_run(topology, f"{PREFIX}{stem.replace('clos-', '')}"))
             log(f"fabric {stem} run {i + 1}/{repeats}: {runs[-1]['total_s']:.2f} s")
         median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        _, plan, _ = lab.load_topology(topology, f"bench-base-{stem.replace('clos-', '')}")
+        _, plan, _ = lab.load_topology(topology, f"{PREFIX}base-{stem.replace('clos-', '')}")
         base = baseline_realize(plan)
         log(f"fabric {stem} baseline (sequential ip commands): realize {base:.2f} s")
         out[stem] = {

@@ -86,6 +86,8 @@ def host_addresses(topo: Topology, source: str, sk: Skeleton,
                    ifs: dict[str, list[Interface]]) -> dict[str, dict[str, Any]]:
     """Routed hosts: a /24 of pools.hosts per leaf, a /31 per host NIC in its leaf's /24
     (leaf end .0, host end .1); a dual-homed host's own /32 from the /24 after the leaves'.
+    With bgp.aggregate_hosts each leaf with hosts gets its /24 as the one prefix it announces
+    for them (info[leaf]["aggregate"]).
     Hosts route by rail (a rail's /24s over that rail's NIC) and by default over NIC 0,
     or over both NICs (dual-homed)."""
     leaves = [n.name for n in sk.of(Kind.LEAF)]
@@ -119,6 +121,11 @@ def host_addresses(topo: Topology, source: str, sk: Skeleton,
         info[h.name] = entry
     for leaf, statics in static.items():
         info.setdefault(leaf, {})["static"] = tuple(statics)
+    if topo.bgp.aggregate_hosts:  # a leaf's /24 for all its host links, where it has any
+        used = {p.peer for h in hosts for p in ifs[h.name]}
+        for leaf in leaves:
+            if leaf in used:
+                info.setdefault(leaf, {})["aggregate"] = str(block_of[leaf])
     return info
 
 

@@ -42,6 +42,9 @@ def check_topology(topo: Topology, source: str) -> None:
 
 def _check_bridged(topo: Topology, source: str) -> None:
     mode = topo.fabric.value
+    if topo.bgp.aggregate_hosts:
+        raise SpecError(source, "bgp.aggregate_hosts", f"only fabric l3 routes host "
+                        f"prefixes (fabric {mode} stretches one segment)")
     two_tier = {"pods": topo.pods is not None, "nodes": topo.nodes is not None,
                 "hosts.rails": topo.hosts.rails > 1, "hosts.dual_homed": topo.hosts.dual_homed,
                 "links.parallel": isinstance(topo.links, Links) and topo.links.parallel > 1}

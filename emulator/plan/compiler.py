@@ -46,7 +46,9 @@ def compile_plan(topo: Topology, source: str = "<topology>") -> Plan:
     nodes = _host_kinds(topo, source, _number_ports(nodes))  # port ids, then engine or rxe
     congestion = resolve_congestion(topo, source, set(routers), {h.name for h in sk.of(Kind.HOST)},
                                     max(link.speed_bps for link in links))
-    return _plan(topo, source, nodes, links, congestion)
+    aggregates = tuple((leaf, info["aggregate"]) for leaf, info in host_info.items()
+                       if "aggregate" in info)  # bgp.aggregate_hosts: a /24 per leaf
+    return _plan(topo, source, nodes, links, congestion, aggregates)
 
 
 def _nodes(topo: Topology, sk: skeleton.Skeleton, ifs: dict[str, list[Interface]],
@@ -76,7 +78,7 @@ def _nodes(topo: Topology, sk: skeleton.Skeleton, ifs: dict[str, list[Interface]
 
 
 def _plan(topo: Topology, source: str, nodes: list[Node], links: list[Link],
-          congestion: CongestionPlan | None) -> Plan:
+          congestion: CongestionPlan | None, aggregates: tuple[tuple[str, str], ...]) -> Plan:
     """The whole: the nodes and links with the lab-wide settings the file gives."""
     l2 = topo.l2
     host_links = [link for link in links if not link.fabric]
@@ -92,6 +94,7 @@ def _plan(topo: Topology, source: str, nodes: list[Node], links: list[Link],
         fabric_pool=topo.pools.fabric if topo.addressing is Addressing.NUMBERED else None,
         nodes=tuple(nodes), links=tuple(links), source=source, congestion=congestion,
         fabric=topo.fabric, pods=topo.pods, frr_configs=_configs_dir(topo, source),
+        aggregates=aggregates,
         l2=None if topo.fabric is FabricMode.L3 else L2Plan(
             stp=l2.stp, root=l2.root, forward_delay_s=l2.forward_delay,
             hello_time_s=l2.hello_time, max_age_s=l2.max_age, ageing_time_s=l2.ageing_time,

@@ -42,6 +42,7 @@ class Plan:
     l2: L2Plan | None = None  # fabric l2 and evpn
     pods: int | None = None  # 3-tier
     frr_configs: str | None = None  # a directory of <router>/frr.conf replacing the rendered ones
+    aggregates: tuple[tuple[str, str], ...] = ()  # (leaf, the /24 it announces for its hosts)
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
     _healthy: dict[str, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
     _targets: list[routing.Target] = field(
@@ -55,6 +56,10 @@ class Plan:
             return self._index[name]
         except KeyError:
             raise KeyError(f"no node {name!r}; nodes: {', '.join(self._index)}") from None
+
+    def aggregate_of(self, node: Node) -> str | None:
+        """The /24 a leaf announces for all its hosts (bgp.aggregate_hosts), else None."""
+        return dict(self.aggregates).get(node.name)
 
     def of_kind(self, kind: Kind) -> list[Node]:
         return [n for n in self.nodes if n.kind is kind]

@@ -37,6 +37,8 @@ class Plan(Protocol):
     def leaf_nodes(self) -> list[Node]: ...
     @property
     def frr_nodes(self) -> list[Node]: ...
+    @property
+    def aggregates(self) -> tuple[tuple[str, str], ...]: ...
     def node(self, name: str) -> Node: ...
     def fib_targets(self) -> list[Target]: ...
 
@@ -46,14 +48,19 @@ def network(cidr: str) -> str:
 
 
 def fib_targets(plan: Plan) -> list[Target]:
-    """(prefix, origins) each router's FIB must hold: every host NIC's /31 and each
-    dual-homed host's /32 on l3, a leaf's VTEP loopback on evpn, nothing on l2.
-    An origin is (leaf, host): the prefix lives while that leaf-host link does
-    (host None: a loopback, alive with its leaf)."""
+    """(prefix, origins) each router's FIB must hold: every host NIC's /31 (or, with
+    bgp.aggregate_hosts, each leaf's /24 in their place) and each dual-homed host's /32 on
+    l3, a leaf's VTEP loopback on evpn, nothing on l2. An origin is (leaf, host): the
+    prefix lives while that leaf-host link does (a leaf's /24: while any of its host
+    links does; host None: a loopback, alive with its leaf)."""
     if plan.fabric is FabricMode.L3:
-        out: list[Target] = []
+        aggregate = dict(plan.aggregates)
+        out: list[Target] = [(block, tuple((leaf, h.name) for h in plan.hosts
+                                           for p in h.interfaces if p.peer == leaf))
+                             for leaf, block in plan.aggregates]
         for h in plan.hosts:
-            out += [(network(p.address or ""), ((p.peer, h.name),)) for p in h.interfaces]
+            out += [(network(p.address or ""), ((p.peer, h.name),)) for p in h.interfaces
+                    if p.peer not in aggregate]
             if h.homing is Homing.DUAL:
                 out.append((f"{h.loopback}/32", tuple((leaf, h.name) for leaf in h.leaves)))
         return out

@@ -109,6 +109,10 @@ class Bgp(Strict):
     hold: Annotated[int, Field(ge=3, le=65535)] = Field(9, description="Seconds; at least 3 x keepalive.")
     maximum_paths: Annotated[int, Field(ge=1, le=128)] = Field(
         64, description="ECMP paths BGP installs per prefix (maximum-paths).")
+    aggregate_hosts: bool = Field(
+        False, description="fabric l3: each leaf announces one /24 covering its hosts' /31s "
+        "(aggregate-address summary-only) instead of a /31 per host NIC; big fabrics "
+        "converge several times faster (docs/scale.md).")
 
 
 class BgpOverride(Strict):
@@ -313,7 +317,7 @@ class Topology(Strict):
         None, description="A directory (relative to this file) of <router>/frr.conf that "
         "replace the rendered FRR configs, e.g. from `rocelab save`.")
     bfd: Bfd = Field(default_factory=Bfd, description="BFD on the BGP sessions.")
-    bgp: Bgp = Field(default_factory=Bgp, description="BGP timers and maximum-paths.")
+    bgp: Bgp = Field(default_factory=Bgp, description="BGP timers, maximum-paths, host aggregates.")
     asn: Asn = Field(default_factory=Asn, description="ASN plan (RFC 7938 style).")
     pools: Pools = Field(default_factory=Pools, description="Address pools.")
     congestion: Congestion = Field(default_factory=Congestion,

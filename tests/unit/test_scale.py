@@ -128,18 +128,35 @@ def test_the_estimate_counts_what_up_will_create():
     assert (est.namespaces, est.links, est.routers, est.hosts) == (14, 16, 6, 8)
     assert est.processes == 12  # zebra and bgpd on each router
     assert est.bgp_sessions == 16  # two ends of each of the 8 fabric links
-    assert est.memory_mb == round(100 + 6 * 8 + 16 * 1.05 + 14 * 1.8)
+    paths = 16 * (8 + 6)  # every session end carries each host /31 and router loopback
+    assert estimate.bgp_paths(plan) == paths
+    assert est.memory_mb == round(50 + 6 * 8.2 + 14 * 1.0 + paths * 3.3 / 1024)
     shaped = plan_of("topologies/clos-2x4-cc.yaml")
     assert estimate.estimate(shaped).processes == estimate.estimate(plan).processes + 1  # controller
 
 
+def test_the_estimate_grows_with_the_paths_bgp_carries_and_aggregates_shrink_it():
+    """Issue 26: at 264 routers the old model (per router and session) said 7.3 GB and the
+    lab took 8.2 GB; what it missed grows with prefixes x session ends."""
+    shape = {"name": "e", "pods": 4, "superspines": 2, "spines": 4, "leaves": 12,
+             "hosts": {"per_leaf": 6}}
+    per_host = load_topology(shape)[1]
+    aggregated = load_topology(shape | {"bgp": {"aggregate_hosts": True}})[1]
+    sessions = estimate.estimate(per_host).bgp_sessions
+    assert estimate.bgp_paths(per_host) == sessions * (288 + 66)  # host /31s + loopbacks
+    assert estimate.bgp_paths(aggregated) == sessions * (48 + 66)  # leaves' /24s + loopbacks
+    assert estimate.estimate(aggregated).memory_mb < estimate.estimate(per_host).memory_mb
+    l2 = plan_of("topologies/l2-2x4.yaml")
+    assert estimate.bgp_paths(l2) == 0
+
+
 def test_a_lab_bigger_than_the_machine_is_refused_in_one_line_naming_the_numbers():
     plan = plan_of()
-    assert estimate.check(plan, available=1000, namespaces_left=None).memory_mb == 190
+    assert estimate.check(plan, available=1000, namespaces_left=None).memory_mb == 114
     with pytest.raises(HostLimitError) as e:
-        estimate.check(plan, available=200, namespaces_left=None)  # 90 % of 200 < 190
+        estimate.check(plan, available=120, namespaces_left=None)  # 90 % of 120 < 114
     msg = str(e.value)
-    assert "needs about 190 MB of memory" in msg and "200 MB available" in msg
+    assert "needs about 114 MB of memory" in msg and "120 MB available" in msg
     assert "nothing was created" in msg and "\n" not in msg
     with pytest.raises(HostLimitError, match="needs 14 network namespaces .* leaves 10"):
         estimate.check(plan, available=1000, namespaces_left=10)
