@@ -140,16 +140,15 @@ def responder_main(case: Case, data: bytes, conn) -> None:
     mr_w = memory.register(sink, Access.REMOTE_WRITE)
     mr_r = memory.register(data, Access.REMOTE_READ)
     conn.send({"write": (mr_w.va, mr_w.rkey), "read": (mr_r.va, mr_r.rkey)})
-    cpu0, got = time.process_time(), []
+    cpu0, got = os.times(), []
 
     def finished() -> bool:
         got.extend(qp.completions())
         return any(c.data == b"bye" for c in got) and qp.idle
 
     ep.run_until(finished, timeout=CHILD_TIMEOUT_S, what="benchmark responder")
-    cpu = time.process_time() - cpu0
     conn.send({"sha": hashlib.sha256(sink).hexdigest() if case.op == "write" else None,
-               "cpu_s": cpu, "qp": qp.counters.as_dict(),
+               **_cpu_since(cpu0), "qp": qp.counters.as_dict(),
                "transport": ep.transport.counters.as_dict()})
 
 
@@ -166,12 +165,12 @@ def requester_main(case: Case, keys: dict, conn) -> None:
         else:
             qp.post_read(wr_id, dst[offset:offset + CHUNK], va + offset, rkey)
 
-    cpu0, t0 = time.process_time(), time.perf_counter()
+    cpu0, t0 = os.times(), time.perf_counter()
     moved = stream(ep, qp, post, case.duration)
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    elapsed, cpu = time.perf_counter() - t0, _cpu_since(cpu0)
     qp.post_send(0, b"bye")
     ep.run_until(lambda: qp.requester.idle, timeout=CHILD_TIMEOUT_S, what="bye")
-    conn.send({"bytes": moved, "seconds": elapsed, "cpu_s": cpu,
+    conn.send({"bytes": moved, "seconds": elapsed, **cpu,
                "sha": hashlib.sha256(dest).hexdigest() if case.op == "read" else None,
                "qp": qp.counters.as_dict(), "transport": ep.transport.counters.as_dict()})
 
@@ -234,9 +233,30 @@ def run_engine(case: Case, data: bytes) -> dict[str, Any]:
         "retransmitted_packets": a["qp"]["retransmitted_packets"],
         "timeouts": a["qp"]["timeouts"], "naks": a["qp"]["naks_rx"] + a["qp"]["implied_naks"],
         "tx_errors": a["transport"]["tx_errors"] + b["transport"]["tx_errors"],
-        "cpu_us_per_packet": {"sender": round(sender["cpu_s"] / packets * 1e6, 2),
-                              "receiver": round(receiver["cpu_s"] / packets * 1e6, 2)},
+        "data_path": a["data_path"],
+        "cpu_us_per_packet": {"sender": _per_packet(sender["cpu_s"], packets),
+                              "receiver": _per_packet(receiver["cpu_s"], packets)},
+        # user: the engine's own work (Python, or the compiled data path); system: the
+        # kernel's, syscalls and the veth's softirq (charged to the sending side)
+        "cpu_split_us_per_packet": {
+            side: {"user": _per_packet(r["user_s"], packets),
+                   "system": _per_packet(r["system_s"], packets)}
+            for side, r in (("sender", sender), ("receiver", receiver))},
     }
+
+
+def _cpu_since(t0: os.times_result) -> dict[str, Any]:
+    """CPU seconds this process used since `t0`: in all, in user space, in the kernel."""
+    t = os.times()
+    user, system = t.user - t0.user, t.system - t0.system
+    from ..roce import wire
+
+    return {"cpu_s": user + system, "user_s": user, "system_s": system,
+            "data_path": wire.name()}
+
+
+def _per_packet(seconds: float, packets: int) -> float | None:
+    return round(seconds / packets * 1e6, 2) if packets else None
 
 
 def _recv(conn, proc, timeout: float):

@@ -85,6 +85,11 @@ class FrameBuilder:
         self._ip_sum = (0x4500 + 0x4000 + (ttl << 8 | IPPROTO_UDP)
                         + sum(struct.unpack("!4H", self._src + self._dst)))
 
+    def fields(self) -> tuple[bytes, bytes, int, int, int]:
+        """(source, destination, UDP source port, TTL, P_Key): what the compiled
+        builder (wire.py) needs to make the same datagrams."""
+        return self._src, self._dst, self._sport, self._ttl, self._pkey
+
     def build(self, seg: Segment, ip_id: int, tos: int = Ecn.ECT0) -> memoryview:
         """The datagram for `seg` with the given IP ident and TOS byte."""
         return self._view[:self.build_into(seg, ip_id, tos, self._buf)]

@@ -201,11 +201,11 @@ class FakeTransport:
     def wake(self) -> None:
         self._wake_tx.send(b"!")
 
-    def address(self, ip: str) -> int:
-        return 0
+    def flow(self, builder: FrameBuilder, ip: str) -> object:
+        return None
 
-    def queue(self, builder: FrameBuilder, seg: Segment, tos: int, address: int) -> None:
-        self.sent.append(seg)
+    def queue(self, flow: object, segs: list[Segment], tos: int, cnp_tos: int) -> None:
+        self.sent.extend(segs)
 
     def flush(self) -> int:
         self.flushes += 1
@@ -220,8 +220,8 @@ class FakeTransport:
     def room(self) -> int:
         return 0 if self.paused else 64
 
-    def recv(self) -> Segment | None:
-        return self.inbox.popleft() if self.inbox else None
+    def recv_burst(self, limit: int) -> list[Segment]:
+        return [self.inbox.popleft() for _ in range(min(limit, len(self.inbox)))]
 
     def close(self) -> None:
         self._wake.close()
@@ -315,7 +315,7 @@ def test_segments_from_the_wrong_peer_or_qp_are_counted_not_delivered(
 
 def test_send_batch_keeps_what_the_kernel_refuses(monkeypatch) -> None:
     """A paused port (qdisc full: ENOBUFS) must hold datagrams, in order, not lose them."""
-    from emulator.roce import transport
+    from emulator.roce import sendbatch
 
     accept = [1]  # datagrams the fake kernel takes on its next call, then it refuses
 
@@ -325,7 +325,7 @@ def test_send_batch_keeps_what_the_kernel_refuses(monkeypatch) -> None:
             return -1
         return min(n, accept.pop())
 
-    monkeypatch.setattr(transport, "_sendmmsg", fake_sendmmsg)
+    monkeypatch.setattr(sendbatch, "_sendmmsg", fake_sendmmsg)
     batch = SendBatch(capacity=4)
     to = batch.address("127.0.0.1", 4791)
     builder = FrameBuilder(A, B, 0xC000, max_payload=4096)

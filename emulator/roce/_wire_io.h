@@ -1,0 +1,361 @@
+/* Batch socket I/O for _wire.c (included there, once): Sender (sendmmsg) and
+ * Receiver (recvmmsg, parse, ICRC check). See _wire.c for the overview. */
+
+/* -- Sender: transport.SendBatch ------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t capacity, slot, count, bytes;
+    unsigned char *buf;
+    struct iovec *iov;
+    struct mmsghdr *msgs;
+    PyObject **flows; /* the Flow each queued datagram goes to (its sockaddr) */
+} SenderObject;
+
+static int Sender_init(SenderObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"capacity", "slot", NULL};
+    Py_ssize_t capacity = 64, slot = 4160;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|nn", names, &capacity, &slot))
+        return -1;
+    if (self->buf != NULL || capacity < 1 || capacity > 1024 || slot < 64 || slot > 65536) {
+        PyErr_SetString(PyExc_ValueError, "Sender: capacity 1..1024, slot 64..65536, once");
+        return -1;
+    }
+    self->buf = PyMem_Calloc(capacity, slot);
+    self->iov = PyMem_Calloc(capacity, sizeof *self->iov);
+    self->msgs = PyMem_Calloc(capacity, sizeof *self->msgs);
+    self->flows = PyMem_Calloc(capacity, sizeof *self->flows);
+    if (!self->buf || !self->iov || !self->msgs || !self->flows) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->capacity = capacity, self->slot = slot;
+    for (Py_ssize_t i = 0; i < capacity; i++) {
+        self->iov[i].iov_base = self->buf + i * slot;
+        self->msgs[i].msg_hdr.msg_iov = &self->iov[i];
+        self->msgs[i].msg_hdr.msg_iovlen = 1;
+        self->msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+    }
+    return 0;
+}
+
+static void Sender_dealloc(SenderObject *self)
+{
+    for (Py_ssize_t i = 0; i < self->count; i++)
+        Py_XDECREF(self->flows[i]);
+    PyMem_Free(self->buf), PyMem_Free(self->iov), PyMem_Free(self->msgs);
+    PyMem_Free(self->flows);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Sender_add(SenderObject *self, PyObject *args)
+{
+    FlowObject *flow;
+    PyObject *segs;
+    Py_ssize_t i;
+    unsigned tos, cnp_tos, ip_id;
+    if (!PyArg_ParseTuple(args, "O!O!nIII", &FlowType, &flow, &PyList_Type, &segs, &i, &tos,
+                          &cnp_tos, &ip_id))
+        return NULL;
+    if (self->buf == NULL || segment_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Sender: not initialised or not configured");
+        return NULL;
+    }
+    for (; i < PyList_GET_SIZE(segs) && self->count < self->capacity; i++) {
+        PyObject *seg = PyList_GET_ITEM(segs, i);
+        Py_ssize_t k = self->count;
+        unsigned op = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_Check(seg) && PyTuple_GET_SIZE(seg)
+                                                          ? PyTuple_GET_ITEM(seg, 0) : Py_None);
+        if (PyErr_Occurred())
+            return NULL;
+        ip_id = (ip_id + 1) & 0xFFFF ? (ip_id + 1) & 0xFFFF : 1; /* 0: the kernel picks one */
+        Py_ssize_t n = build(flow, seg, ip_id, op == OP_CNP ? cnp_tos : tos,
+                             self->buf + k * self->slot, self->slot);
+        if (n < 0)
+            return NULL;
+        self->iov[k].iov_len = n;
+        self->msgs[k].msg_hdr.msg_name = &flow->sa;
+        Py_INCREF(flow);
+        self->flows[k] = (PyObject *)flow;
+        self->count = k + 1, self->bytes += n;
+    }
+    return Py_BuildValue("(nI)", i, ip_id);
+}
+
+/* Drop the first `first` datagrams; move the rest to the front, in order. */
+static void keep_from(SenderObject *self, Py_ssize_t first)
+{
+    for (Py_ssize_t j = 0; j < first; j++)
+        Py_CLEAR(self->flows[j]);
+    Py_ssize_t left = self->count - first;
+    self->bytes = 0;
+    for (Py_ssize_t j = 0; j < left; j++) {
+        Py_ssize_t i = first + j;
+        memcpy(self->buf + j * self->slot, self->buf + i * self->slot, self->iov[i].iov_len);
+        self->iov[j].iov_len = self->iov[i].iov_len;
+        self->msgs[j].msg_hdr.msg_name = self->msgs[i].msg_hdr.msg_name;
+        self->flows[j] = self->flows[i], self->flows[i] = NULL;
+        self->bytes += self->iov[j].iov_len;
+    }
+    self->count = left;
+}
+
+static PyObject *Sender_send(SenderObject *self, PyObject *arg)
+{
+    int fd = PyObject_AsFileDescriptor(arg), err = 0;
+    if (fd < 0)
+        return NULL;
+    Py_ssize_t count = self->count, sent = 0, queued = self->bytes;
+    while (sent < count) {
+        int k;
+        Py_BEGIN_ALLOW_THREADS
+        k = sendmmsg(fd, self->msgs + sent, (unsigned)(count - sent), 0);
+        Py_END_ALLOW_THREADS
+        if (k > 0) {
+            sent += k;
+            continue;
+        }
+        err = errno;
+        if (err == EINTR && PyErr_CheckSignals() == 0)
+            continue;
+        break;
+    }
+    if (err && err != EAGAIN && err != ENOBUFS && err != EINTR) {
+        keep_from(self, count);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    keep_from(self, sent);
+    return Py_BuildValue("(nnn)", sent, count - sent, queued - self->bytes);
+}
+
+static PyObject *Sender_datagram(SenderObject *self, PyObject *arg)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0 || i >= self->count) {
+        PyErr_SetString(PyExc_IndexError, "no datagram queued there");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((char *)self->buf + i * self->slot, self->iov[i].iov_len);
+}
+
+static PyObject *Sender_count(SenderObject *self, void *closure) { return PyLong_FromSsize_t(self->count); }
+static PyObject *Sender_room(SenderObject *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->capacity - self->count);
+}
+
+static PyMethodDef Sender_methods[] = {
+    {"add", (PyCFunction)Sender_add, METH_VARARGS,
+     "add(flow, segs, start, tos, cnp_tos, ip_id) -> (next index, last ip_id): build until full"},
+    {"send", (PyCFunction)Sender_send, METH_O, "send(fd) -> (sent, refused, bytes sent)"},
+    {"datagram", (PyCFunction)Sender_datagram, METH_O, "datagram(i) -> bytes of the i-th queued"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Sender_getset[] = {
+    {"count", (getter)Sender_count, NULL, "datagrams queued", NULL},
+    {"room", (getter)Sender_room, NULL, "datagrams that fit before a send", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "emulator.roce._wire.Sender",
+    .tp_basicsize = sizeof(SenderObject),
+    .tp_dealloc = (destructor)Sender_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Datagrams built into preallocated slots, sent with one sendmmsg(2).",
+    .tp_methods = Sender_methods,
+    .tp_getset = Sender_getset,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Sender_init,
+};
+
+/* -- Receiver: recvmmsg, fastpath.parse, icrc.check_in_place ------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t capacity, slot;
+    PyObject *ring; /* bytearray: the received datagrams; payloads are views of it */
+    PyObject *view; /* memoryview of ring */
+    struct iovec *iov;
+    struct mmsghdr *msgs;
+} ReceiverObject;
+
+static int Receiver_init(ReceiverObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"capacity", "slot", NULL};
+    Py_ssize_t capacity = 64, slot = 8192;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|nn", names, &capacity, &slot))
+        return -1;
+    if (self->ring != NULL || capacity < 1 || capacity > 1024 || slot < 64 || slot > 65536) {
+        PyErr_SetString(PyExc_ValueError, "Receiver: capacity 1..1024, slot 64..65536, once");
+        return -1;
+    }
+    self->ring = PyByteArray_FromStringAndSize(NULL, capacity * slot);
+    if (self->ring == NULL || (self->view = PyMemoryView_FromObject(self->ring)) == NULL)
+        return -1;
+    self->iov = PyMem_Calloc(capacity, sizeof *self->iov);
+    self->msgs = PyMem_Calloc(capacity, sizeof *self->msgs);
+    if (!self->iov || !self->msgs) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->capacity = capacity, self->slot = slot;
+    char *base = PyByteArray_AS_STRING(self->ring);
+    for (Py_ssize_t i = 0; i < capacity; i++) {
+        self->iov[i].iov_base = base + i * slot, self->iov[i].iov_len = slot;
+        self->msgs[i].msg_hdr.msg_iov = &self->iov[i];
+        self->msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    return 0;
+}
+
+static void Receiver_dealloc(ReceiverObject *self)
+{
+    Py_XDECREF(self->view), Py_XDECREF(self->ring);
+    PyMem_Free(self->iov), PyMem_Free(self->msgs);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline int set_long(PyObject *t, int i, unsigned long long v)
+{
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    if (o == NULL)
+        return -1;
+    PyTuple_SET_ITEM(t, i, o);
+    return 0;
+}
+
+/* The Segment of the datagram at offset `off` of the ring (n bytes), or NULL
+ * with no exception set if it is malformed (fastpath.parse's checks). */
+static PyObject *parse_at(ReceiverObject *self, Py_ssize_t off, Py_ssize_t n)
+{
+    const unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(self->ring) + off;
+    if (n < MASKED_SPAN + ICRC_SIZE || p[0] != 0x45 || p[9] != IPPROTO_UDP ||
+        (get16(p + 6) & 0x3FFF) || get16(p + 2) != n || get16(p + 22) != ROCE_PORT ||
+        get16(p + 24) != n - 20)
+        return NULL;
+    unsigned op = p[28];
+    int ext = ext_len[op];
+    Py_ssize_t start = MASKED_SPAN + ext, stop = n - ICRC_SIZE - (p[29] >> 4 & 3);
+    if (ext < 0 || stop < start)
+        return NULL;
+    unsigned long long va = 0, rkey = 0, dlen = 0, syn = 0, msn = 0;
+    const unsigned char *e = p + MASKED_SPAN;
+    if (ext == 16 && op != OP_CNP)
+        va = (unsigned long long)get32(e) << 32 | get32(e + 4), rkey = get32(e + 8), dlen = get32(e + 12);
+    else if (ext == 4)
+        syn = e[0], msn = get32(e) & 0xFFFFFF;
+    uint32_t w1 = get32(p + 32), w2 = get32(p + 36);
+    PyObject *seg = segment_type->tp_alloc(segment_type, SEG_FIELDS);
+    if (seg == NULL)
+        return NULL;
+    PyObject *payload = PySequence_GetSlice(self->view, off + start, off + stop);
+    if (payload == NULL || set_long(seg, 0, op) || set_long(seg, 1, w1 & 0xFFFFFF) ||
+        set_long(seg, 2, w2 & 0xFFFFFF) || set_long(seg, 4, va) || set_long(seg, 5, rkey) ||
+        set_long(seg, 6, dlen) || set_long(seg, 7, syn) || set_long(seg, 8, msn) ||
+        set_long(seg, 11, p[1] & 3) || set_long(seg, 12, get32(p + 12))) {
+        Py_XDECREF(payload);
+        Py_DECREF(seg); /* unset items are NULL: tuple dealloc skips them */
+        return NULL;
+    }
+    PyTuple_SET_ITEM(seg, 3, Py_NewRef(w2 >> 31 ? Py_True : Py_False));
+    PyTuple_SET_ITEM(seg, 9, payload);
+    PyTuple_SET_ITEM(seg, 10, Py_NewRef(w1 >> 30 & 1 ? Py_True : Py_False));
+    return seg;
+}
+
+/* icrc.check_in_place: mask the variant fields in the ring itself (read first). */
+static int icrc_ok(ReceiverObject *self, Py_ssize_t off, Py_ssize_t n)
+{
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(self->ring) + off;
+    const unsigned char *w = p + n - ICRC_SIZE;
+    uint32_t want = w[0] | w[1] << 8 | w[2] << 16 | (uint32_t)w[3] << 24, crc;
+    p[1] = p[8] = p[10] = p[11] = p[26] = p[27] = p[32] = 0xFF;
+    if (crc_of(p, n - ICRC_SIZE, &crc) < 0)
+        return -1;
+    return crc == want;
+}
+
+static int receive(int fd, struct mmsghdr *msgs, unsigned limit)
+{
+    int k;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        k = recvmmsg(fd, msgs, limit, MSG_DONTWAIT, NULL);
+        Py_END_ALLOW_THREADS
+        if (k >= 0 || (errno != EINTR))
+            break;
+        if (PyErr_CheckSignals() < 0)
+            return -2;
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return 0;
+    if (k < 0)
+        PyErr_SetFromErrno(PyExc_OSError);
+    return k;
+}
+
+static PyObject *Receiver_recv(ReceiverObject *self, PyObject *args)
+{
+    PyObject *sock;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On", &sock, &limit))
+        return NULL;
+    int fd = PyObject_AsFileDescriptor(sock);
+    if (fd < 0 || segment_type == NULL || self->ring == NULL)
+        return fd < 0 ? NULL : PyErr_Format(PyExc_RuntimeError, "Receiver: not configured");
+    limit = limit < 1 ? 1 : limit > self->capacity ? self->capacity : limit;
+    int k = receive(fd, self->msgs, (unsigned)limit);
+    if (k < 0)
+        return NULL;
+    PyObject *good = PyList_New(0), *bad = PyList_New(0);
+    Py_ssize_t nbytes = 0, malformed = 0;
+    for (int i = 0; good && bad && i < k; i++) {
+        Py_ssize_t n = self->msgs[i].msg_len, off = i * self->slot;
+        nbytes += n;
+        PyObject *seg = self->msgs[i].msg_hdr.msg_flags & MSG_TRUNC ? NULL : parse_at(self, off, n);
+        if (seg == NULL) {
+            if (PyErr_Occurred())
+                goto fail;
+            malformed++;
+            continue;
+        }
+        int ok = icrc_ok(self, off, n);
+        int r = ok < 0 ? -1 : PyList_Append(ok ? good : bad, seg);
+        Py_DECREF(seg);
+        if (r < 0)
+            goto fail;
+    }
+    if (good && bad)
+        return Py_BuildValue("(NNinn)", good, bad, k, nbytes, malformed);
+fail:
+    Py_XDECREF(good), Py_XDECREF(bad);
+    return NULL;
+}
+
+static PyMethodDef Receiver_methods[] = {
+    {"recv", (PyCFunction)Receiver_recv, METH_VARARGS,
+     "recv(sock, limit) -> (good, bad_icrc, datagrams, bytes, malformed); payloads are views "
+     "of a ring the next call overwrites"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReceiverType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "emulator.roce._wire.Receiver",
+    .tp_basicsize = sizeof(ReceiverObject),
+    .tp_dealloc = (destructor)Receiver_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Up to `capacity` datagrams per recvmmsg(2), parsed and ICRC-checked.",
+    .tp_methods = Receiver_methods,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Receiver_init,
+};
