@@ -152,7 +152,7 @@ def responder_main(case: Case, data: bytes, conn) -> None:
 
     ep.run_until(finished, timeout=CHILD_TIMEOUT_S, what="benchmark responder")
     conn.send({"sha": hashlib.sha256(sink).hexdigest() if case.op == "write" else None,
-               **_cpu_since(cpu0), "qp": qp.counters.as_dict(),
+               **_cpu_since(cpu0), "waits": ep.waits, "qp": qp.counters.as_dict(),
                "transport": ep.transport.counters.as_dict()})
 
 
@@ -174,7 +174,7 @@ def requester_main(case: Case, keys: dict, conn) -> None:
     elapsed, cpu = time.perf_counter() - t0, _cpu_since(cpu0)
     qp.post_send(0, b"bye")
     ep.run_until(lambda: qp.requester.idle, timeout=CHILD_TIMEOUT_S, what="bye")
-    conn.send({"bytes": moved, "seconds": elapsed, **cpu,
+    conn.send({"bytes": moved, "seconds": elapsed, **cpu, "waits": ep.waits,
                "sha": hashlib.sha256(dest).hexdigest() if case.op == "read" else None,
                "qp": qp.counters.as_dict(), "transport": ep.transport.counters.as_dict()})
 
@@ -238,6 +238,9 @@ def run_engine(case: Case, data: bytes) -> dict[str, Any]:
         "timeouts": a["qp"]["timeouts"], "naks": a["qp"]["naks_rx"] + a["qp"]["implied_naks"],
         "tx_errors": a["transport"]["tx_errors"] + b["transport"]["tx_errors"],
         "data_path": a["data_path"],
+        # blocking waits per 1,000 data packets: each one a wakeup the other side pays for
+        "waits_per_1000_packets": {side: round(r["waits"] * 1000 / packets, 1) if packets else None
+                                   for side, r in (("sender", sender), ("receiver", receiver))},
         "cpu_us_per_packet": {"sender": _per_packet(sender["cpu_s"], packets),
                               "receiver": _per_packet(receiver["cpu_s"], packets)},
         # user: the engine's own work (Python, or the compiled data path); system: the

@@ -63,6 +63,7 @@ class Endpoint:
         self.rx_batch = rx_batch
         self.injected_drops = 0
         self.unknown_qp = 0
+        self.waits = 0  # turns that blocked in select(): each is a wakeup for the sender's CPU
         self._tos, self._cnp_tos = dscp << 2 | ecn, CNP_DSCP << 2
         self._drop = drop
         self._flows: dict[int, _Flow] = {}
@@ -101,6 +102,7 @@ class Endpoint:
         if moved == 0 and max_wait > 0:
             wait = self._wait_bound(max_wait)
             if wait > 0:
+                self.waits += 1
                 select.select([self.transport], [], [], wait)
         return moved
 

