@@ -9,7 +9,8 @@
  *
  *   Flow(src, dst, sport, ttl, pkey, port)   one flow's fixed header fields
  *   Sender(capacity, slot)                   datagrams built in place, one sendmmsg(2)
- *     .add(flow, segs, start, tos, cnp_tos, ip_id) -> (next index, ip_id)
+ *     .add(flow, items, start, sub, tos, cnp_tos, ip_id) -> (next item, sub, ip_id)
+ *        items: Segments, and Runs (fastpath.Run: many MIDDLE packets, one object)
  *     .send(fd) -> (sent, refused, bytes)     refused ones stay queued, in order
  *   Receiver(capacity, slot)                 one recvmmsg(2) into a ring
  *     .recv(fd, limit) -> (good, bad_icrc, datagrams, bytes, malformed)
@@ -152,19 +153,17 @@ static void put_ext(unsigned char *p, const Fields *f, int ext)
         memset(p, 0, ext);
 }
 
-/* Build `seg` at `p` (room bytes); its length, or -1 with an exception set. */
-static Py_ssize_t build(const FlowObject *fl, PyObject *seg, unsigned ip_id, unsigned tos,
-                        unsigned char *p, Py_ssize_t room)
+/* Build the datagram of `f` with payload `pl` (n bytes) at `p` (room bytes); its
+ * length, or -1 with an exception set. */
+static Py_ssize_t build_fields(const FlowObject *fl, const Fields *fp, const char *pl,
+                               Py_ssize_t n, unsigned ip_id, unsigned tos, unsigned char *p,
+                               Py_ssize_t room)
 {
-    Fields f;
-    Py_buffer pl;
-    if (read_fields(seg, &f, &pl) < 0)
-        return -1;
+    Fields f = *fp;
     int ext = ext_len[f.op & 0xFF];
-    Py_ssize_t n = pl.len, pad = -n & 3, start = MASKED_SPAN + ext, end = start + n + pad;
+    Py_ssize_t pad = -n & 3, start = MASKED_SPAN + ext, end = start + n + pad;
     Py_ssize_t total = end + ICRC_SIZE;
     if (ext < 0 || f.op > 0xFF || total > room) {
-        PyBuffer_Release(&pl);
         PyErr_Format(PyExc_ValueError, "opcode %lu with %zd payload bytes: not buildable into "
                      "%zd bytes", f.op, n, room);
         return -1;
@@ -178,8 +177,7 @@ static Py_ssize_t build(const FlowObject *fl, PyObject *seg, unsigned ip_id, uns
     put32(p + 32, 0xFF000000u | (f.qpn & 0xFFFFFF));
     put32(p + 36, (uint32_t)f.ackreq << 31 | (f.psn & 0x7FFFFFFF));
     put_ext(p + MASKED_SPAN, &f, ext);
-    memcpy(p + start, pl.buf, n);
-    PyBuffer_Release(&pl);
+    memcpy(p + start, pl, n);
     memset(p + start + n, 0, pad);
     uint32_t crc;
     if (crc_of(p, end, &crc) < 0)
@@ -191,6 +189,46 @@ static Py_ssize_t build(const FlowObject *fl, PyObject *seg, unsigned ip_id, uns
     p[26] = p[27] = 0; /* UDP checksum: none, as rxe sends */
     p[32] = f.becn << 6;
     return total;
+}
+
+/* Build the Segment `seg` at `p` (fastpath.FrameBuilder.build_into). */
+static Py_ssize_t build(const FlowObject *fl, PyObject *seg, unsigned ip_id, unsigned tos,
+                        unsigned char *p, Py_ssize_t room)
+{
+    Fields f;
+    Py_buffer pl;
+    if (read_fields(seg, &f, &pl) < 0)
+        return -1;
+    Py_ssize_t n = build_fields(fl, &f, pl.buf, pl.len, ip_id, tos, p, room);
+    PyBuffer_Release(&pl);
+    return n;
+}
+
+/* A fastpath.Run: (opcode, dest_qp, psn, packets, fill, mtu, payload). */
+typedef struct {
+    Fields f;
+    long packets, fill, mtu;
+} RunFields;
+
+static int read_run(PyObject *run, RunFields *r, Py_buffer *payload)
+{
+    memset(r, 0, sizeof *r);
+    r->f.op = PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(run, 0));
+    r->f.qpn = PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(run, 1));
+    r->f.psn = PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(run, 2));
+    r->packets = PyLong_AsLong(PyTuple_GET_ITEM(run, 3));
+    r->fill = PyLong_AsLong(PyTuple_GET_ITEM(run, 4));
+    r->mtu = PyLong_AsLong(PyTuple_GET_ITEM(run, 5));
+    if (PyErr_Occurred() || PyObject_GetBuffer(PyTuple_GET_ITEM(run, 6), payload, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (r->packets < 1 || r->mtu < 1 || payload->len != r->packets * r->mtu ||
+        ext_len[r->f.op & 0xFF] != 0) {
+        PyBuffer_Release(payload);
+        PyErr_SetString(PyExc_ValueError, "a Run: packets x mtu payload bytes of a "
+                        "payload-only opcode");
+        return -1;
+    }
+    return 0;
 }
 
 #include "_wire_io.h"

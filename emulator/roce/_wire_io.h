@@ -49,38 +49,83 @@ static void Sender_dealloc(SenderObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static void queued(SenderObject *self, FlowObject *flow, Py_ssize_t n)
+{
+    Py_ssize_t k = self->count;
+    self->iov[k].iov_len = n;
+    self->msgs[k].msg_hdr.msg_name = &flow->sa;
+    Py_INCREF(flow);
+    self->flows[k] = (PyObject *)flow;
+    self->count = k + 1, self->bytes += n;
+}
+
+static inline unsigned next_ident(unsigned ip_id)
+{
+    return (ip_id + 1) & 0xFFFF ? (ip_id + 1) & 0xFFFF : 1; /* 0: the kernel would pick one */
+}
+
+/* Build packets `*sub`.. of a Run until it ends or the batch is full. */
+static int add_run(SenderObject *self, FlowObject *flow, PyObject *run, Py_ssize_t *sub,
+                   unsigned tos, unsigned *ip_id)
+{
+    RunFields r;
+    Py_buffer pl;
+    if (read_run(run, &r, &pl) < 0)
+        return -1;
+    int rc = 0;
+    for (; *sub < r.packets && self->count < self->capacity; (*sub)++) {
+        r.f.psn = (PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(run, 2)) + *sub) & 0xFFFFFF;
+        r.f.ackreq = (long)r.f.psn == r.fill;
+        *ip_id = next_ident(*ip_id);
+        Py_ssize_t n = build_fields(flow, &r.f, (char *)pl.buf + *sub * r.mtu, r.mtu, *ip_id, tos,
+                                    self->buf + self->count * self->slot, self->slot);
+        if (n < 0) {
+            rc = -1;
+            break;
+        }
+        queued(self, flow, n);
+    }
+    PyBuffer_Release(&pl);
+    return rc;
+}
+
 static PyObject *Sender_add(SenderObject *self, PyObject *args)
 {
     FlowObject *flow;
     PyObject *segs;
-    Py_ssize_t i;
+    Py_ssize_t i, sub;
     unsigned tos, cnp_tos, ip_id;
-    if (!PyArg_ParseTuple(args, "O!O!nIII", &FlowType, &flow, &PyList_Type, &segs, &i, &tos,
-                          &cnp_tos, &ip_id))
+    if (!PyArg_ParseTuple(args, "O!O!nnIII", &FlowType, &flow, &PyList_Type, &segs, &i, &sub,
+                          &tos, &cnp_tos, &ip_id))
         return NULL;
     if (self->buf == NULL || segment_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Sender: not initialised or not configured");
         return NULL;
     }
-    for (; i < PyList_GET_SIZE(segs) && self->count < self->capacity; i++) {
+    for (; i < PyList_GET_SIZE(segs) && self->count < self->capacity; i++, sub = 0) {
         PyObject *seg = PyList_GET_ITEM(segs, i);
-        Py_ssize_t k = self->count;
-        unsigned op = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_Check(seg) && PyTuple_GET_SIZE(seg)
-                                                          ? PyTuple_GET_ITEM(seg, 0) : Py_None);
+        if (!PyTuple_Check(seg) || (PyTuple_GET_SIZE(seg) != 7 && PyTuple_GET_SIZE(seg) < 11)) {
+            PyErr_SetString(PyExc_TypeError, "Sender.add: a list of Segments and Runs");
+            return NULL;
+        }
+        if (PyTuple_GET_SIZE(seg) == 7) { /* a Run */
+            if (add_run(self, flow, seg, &sub, tos, &ip_id) < 0)
+                return NULL;
+            if (sub < PyLong_AsLong(PyTuple_GET_ITEM(seg, 3)))
+                break; /* full in the middle of it */
+            continue;
+        }
+        unsigned op = (unsigned)PyLong_AsUnsignedLongMask(PyTuple_GET_ITEM(seg, 0));
         if (PyErr_Occurred())
             return NULL;
-        ip_id = (ip_id + 1) & 0xFFFF ? (ip_id + 1) & 0xFFFF : 1; /* 0: the kernel picks one */
+        ip_id = next_ident(ip_id);
         Py_ssize_t n = build(flow, seg, ip_id, op == OP_CNP ? cnp_tos : tos,
-                             self->buf + k * self->slot, self->slot);
+                             self->buf + self->count * self->slot, self->slot);
         if (n < 0)
             return NULL;
-        self->iov[k].iov_len = n;
-        self->msgs[k].msg_hdr.msg_name = &flow->sa;
-        Py_INCREF(flow);
-        self->flows[k] = (PyObject *)flow;
-        self->count = k + 1, self->bytes += n;
+        queued(self, flow, n);
     }
-    return Py_BuildValue("(nI)", i, ip_id);
+    return Py_BuildValue("(nnI)", i, sub, ip_id);
 }
 
 /* Drop the first `first` datagrams; move the rest to the front, in order. */
@@ -152,7 +197,8 @@ static PyObject *Sender_room(SenderObject *self, void *closure)
 
 static PyMethodDef Sender_methods[] = {
     {"add", (PyCFunction)Sender_add, METH_VARARGS,
-     "add(flow, segs, start, tos, cnp_tos, ip_id) -> (next index, last ip_id): build until full"},
+     "add(flow, items, start, sub, tos, cnp_tos, ip_id) -> (next item, next packet in it, "
+     "last ip_id): build Segments and Runs until done or full"},
     {"send", (PyCFunction)Sender_send, METH_O, "send(fd) -> (sent, refused, bytes sent)"},
     {"datagram", (PyCFunction)Sender_datagram, METH_O, "datagram(i) -> bytes of the i-th queued"},
     {NULL, NULL, 0, NULL},

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from emulator.errors import EngineError
-from emulator.roce.fastpath import Segment
+from emulator.roce.fastpath import Run, Segment
 from emulator.roce.headers import AckKind, Opcode, Syndrome
 from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
 from emulator.roce.verbs import (
@@ -110,17 +110,18 @@ class Requester:
 
     # -- transmit ----------------------------------------------------------
 
-    def poll(self, now: float, budget: int, out: list[Segment]) -> None:
-        """Append up to `budget` request packets the window allows."""
+    def poll(self, now: float, budget: int, out: list[Segment | Run], runs: bool = False) -> int:
+        """Append up to `budget` request packets the window allows; return how many.
+        `runs`: full-MTU MIDDLE packets as one `Run` each (the compiled path's burst)."""
         if self._rnr_until is not None:
             if now < self._rnr_until:
-                return
+                return 0
             self._rnr_until = None
         if self._deadline is not None and now >= self._deadline:
             self._on_timeout(now)
         if self.failed is not None:
-            return
-        nxt, tail = self.nxt, self.tail
+            return 0
+        nxt, tail, start = self.nxt, self.tail, budget
         # nxt is never behind una, so the masked difference is the distance.
         room = self.cfg.window - ((nxt - self.una) & PSN_MASK)
         while budget > 0 and room > 0 and nxt != tail:
@@ -133,7 +134,7 @@ class Requester:
                 self._reads.append((nxt + used) & PSN_MASK)
                 sent = 1
             else:
-                used = sent = self._data_packets(wr, nxt, min(budget, room), out)
+                used = sent = self._data_packets(wr, nxt, min(budget, room), out, runs)
             behind = psn_diff(self._high, nxt)  # PSNs here that went out before
             if behind > 0:
                 self.counters.retransmitted_packets += min(sent, behind)
@@ -145,6 +146,7 @@ class Requester:
             if self._deadline is None:
                 self._deadline = now + self._rto
         self.nxt = nxt
+        return start - budget
 
     def _wr_at(self, psn: int) -> _Wr:
         """The work request holding `psn`, scanning on from the last one used."""
@@ -160,12 +162,16 @@ class Requester:
         return Segment(Opcode.READ_REQUEST, self.cfg.remote_qpn, psn, False,
                        wr.va + index * mtu, wr.rkey, length), end - index
 
-    def _data_packets(self, wr: _Wr, psn: int, limit: int, out: list[Segment]) -> int:
+    def _data_packets(self, wr: _Wr, psn: int, limit: int, out: list[Segment | Run],
+                      runs: bool = False) -> int:
         """Append up to `limit` WRITE/SEND packets of `wr` from `psn` on; return how many.
 
-        The hot loop of the sender: MIDDLE packets are built inline; AckReq
-        goes on the last packet of the message and on the one filling the window.
+        The hot loop of the sender: MIDDLE packets are built inline (or as one
+        Run); AckReq goes on the last packet of the message and on the one
+        filling the window.
         """
+        if runs and limit > 3:
+            return self._data_runs(wr, psn, limit, out)
         mtu, npkts, first, local = self.cfg.mtu, wr.npkts, wr.first, wr.local
         rqpn, ops, last = self.cfg.remote_qpn, wr.opcodes, npkts - 1
         fill = (self.una + self.cfg.window - 1) & PSN_MASK
@@ -185,6 +191,24 @@ class Requester:
                 opcode, rqpn, p, pos == ONLY or pos == LAST or p == fill,
                 wr.va if reth else 0, wr.rkey if reth else 0, len(local) if reth else 0,
                 0, 0, local[i * mtu:i * mtu + mtu], False, 0, 0)))
+        return stop - index
+
+    def _data_runs(self, wr: _Wr, psn: int, limit: int, out: list[Segment | Run]) -> int:
+        """As `_data_packets`, with the MIDDLE packets in one `Run`: the FIRST and
+        LAST packets stay Segments (they carry a RETH or AckReq of their own)."""
+        mtu, last = self.cfg.mtu, wr.npkts - 1
+        index = (psn - wr.first) & PSN_MASK
+        stop = min(wr.npkts, index + limit)
+        lo, hi = max(index, 1), min(stop, last)
+        if hi - lo < 2:
+            return self._data_packets(wr, psn, limit, out)
+        if index == 0:
+            self._data_packets(wr, psn, 1, out)
+        out.append(Run(wr.opcodes[MIDDLE], self.cfg.remote_qpn, (wr.first + lo) & PSN_MASK,
+                       hi - lo, (self.una + self.cfg.window - 1) & PSN_MASK, mtu,
+                       wr.local[lo * mtu:hi * mtu]))
+        if stop > last:
+            self._data_packets(wr, (wr.first + last) & PSN_MASK, 1, out)
         return stop - index
 
     # -- receive -----------------------------------------------------------

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from emulator.roce.fastpath import Segment
+from emulator.roce.fastpath import Run, Segment
 from emulator.roce.headers import Opcode, Syndrome
 from emulator.roce.memory import Access, MemoryTable
 from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
@@ -265,28 +265,44 @@ class Responder:
         self._out.append(Segment(Opcode.ACK, self.cfg.remote_qpn, psn,
                                  syndrome=syndrome, msn=self.msn))
 
-    def poll(self, budget: int, out: list[Segment]) -> int:
-        """Append up to `budget` ACK/NAK/READ RESPONSE packets; return how many."""
-        start = len(out)
-        while self._out and len(out) - start < budget:
+    def poll(self, budget: int, out: list[Segment | Run], runs: bool = False) -> int:
+        """Append up to `budget` ACK/NAK/READ RESPONSE packets; return how many.
+        `runs`: full-MTU MIDDLE responses as one `Run` each (the compiled path's burst)."""
+        left = budget
+        while self._out and left > 0:
             item = self._out[0]
             if isinstance(item, Segment):
                 self._out.popleft()
                 out.append(item)
+                left -= 1
                 if item.syndrome == Syndrome.ACK:
                     self.counters.acks_tx += 1
                 else:
                     self.counters.naks_tx += 1
-            elif self._respond(item, budget - (len(out) - start), out):
+                continue
+            sent = item.sent
+            if self._respond(item, left, out, runs):
                 self._out.popleft()
-        return len(out) - start
+            left -= item.sent - sent
+        return budget - left
 
-    def _respond(self, job: _ReadJob, budget: int, out: list[Segment]) -> bool:
+    def _respond(self, job: _ReadJob, budget: int, out: list[Segment | Run],
+                 runs: bool = False) -> bool:
         """Emit up to `budget` responses of `job`; True when it is finished."""
         mtu, ops, qpn, msn = self.cfg.mtu, _READ_OPS, self.cfg.remote_qpn, job.msn
         src, first, npkts, last = job.src, job.first, job.npkts, job.npkts - 1
         start = job.sent
         stop = min(npkts, start + budget)
+        lo, hi = max(start, 1), min(stop, last)
+        if runs and hi - lo > 2:  # the MIDDLE responses as one Run, the rest one by one
+            if start == 0:
+                self._respond(job, 1, out)
+            out.append(Run(ops[MIDDLE], qpn, (first + lo) & PSN_MASK, hi - lo, -1, mtu,
+                           src[lo * mtu:hi * mtu]))
+            job.sent = hi
+            if stop > hi:
+                self._respond(job, stop - hi, out)
+            return job.sent >= npkts
         append = out.append
         for i in range(start, stop):
             payload = src[i * mtu:i * mtu + mtu]

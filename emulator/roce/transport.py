@@ -188,15 +188,20 @@ class Transport:
         src, dst, sport, ttl, pkey = builder.fields()
         return self._wire.Flow(src, dst, sport, ttl, pkey)
 
+    @property
+    def runs(self) -> bool:
+        """`queue` takes `fastpath.Run`s too (the compiled path: QueuePair.poll(runs=True))."""
+        return self._sender is not None
+
     def queue(self, flow: object, segs: list[Segment], tos: int, cnp_tos: int) -> None:
         """Build `segs` (each with the next IP ident; CNPs with `cnp_tos`) into the
         send batch; they leave on `flush`, or whenever the batch is full."""
         if self._sender is None:
             self._queue_python(flow, segs, tos, cnp_tos)
             return
-        done, total, add = 0, len(segs), self._sender.add
+        done, sub, total, add = 0, 0, len(segs), self._sender.add
         while True:
-            done, self._ip_id = add(flow, segs, done, tos, cnp_tos, self._ip_id)
+            done, sub, self._ip_id = add(flow, segs, done, sub, tos, cnp_tos, self._ip_id)
             if self._sender.room:
                 return
             self.flush()

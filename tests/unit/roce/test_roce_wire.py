@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulator.roce import wire
-from emulator.roce.fastpath import FrameBuilder, Segment, parse
+from emulator.roce.fastpath import FrameBuilder, Run, Segment, parse
 from emulator.roce.headers import Opcode
 from emulator.roce.icrc import check_icrc, check_in_place
 
@@ -68,7 +68,7 @@ def test_sender_builds_what_framebuilder_builds(seg: Segment, ip_id: int, tos: i
                                                  ttl: int) -> None:
     builder = FrameBuilder(A, B, 0xC123, ttl=ttl, pkey=0x8001)
     sender = _wire.Sender(2, 4160)
-    done, last = sender.add(flow_of(builder), [seg], 0, tos, CNP_TOS, ip_id)
+    done, _, last = sender.add(flow_of(builder), [seg], 0, 0, tos, CNP_TOS, ip_id)
     want_tos = CNP_TOS if seg.opcode == Opcode.CNP else tos
     assert (done, last) == (1, ip_id + 1)
     assert sender.datagram(0) == bytes(builder.build(seg, ip_id + 1, want_tos))
@@ -78,12 +78,55 @@ def test_sender_ip_ident_skips_zero_and_fills_up_to_capacity() -> None:
     builder = FrameBuilder(A, B, 0xC000)
     sender = _wire.Sender(3, 4160)
     segs = [Segment(Opcode.SEND_ONLY, 1, psn) for psn in range(5)]
-    assert sender.add(flow_of(builder), segs, 0, 0, 0, 0xFFFE) == (3, 2)  # 0xFFFF, 1, 2
+    assert sender.add(flow_of(builder), segs, 0, 0, 0, 0, 0xFFFE) == (3, 0, 2)  # 0xFFFF, 1, 2
     assert sender.count == 3 and sender.room == 0
     assert [parse(memoryview(sender.datagram(i))).psn for i in range(3)] == [0, 1, 2]
     assert sender.datagram(1)[4:6] == b"\x00\x01"
     with pytest.raises(ValueError, match="opcode 3"):  # not an opcode the engine speaks
-        _wire.Sender(1, 4160).add(flow_of(builder), [Segment(3, 1, 0)], 0, 0, 0, 1)
+        _wire.Sender(1, 4160).add(flow_of(builder), [Segment(3, 1, 0)], 0, 0, 0, 0, 1)
+
+
+@FAST
+@given(st.sampled_from([Opcode.WRITE_MIDDLE, Opcode.SEND_MIDDLE, Opcode.READ_RESPONSE_MIDDLE]),
+       u24, u24, st.integers(1, 40), st.sampled_from([256, 1024]), st.integers(-1, 50),
+       st.integers(0, 0xFFFE), st.integers(1, 8))
+def test_a_run_builds_what_its_segments_build(op, qpn, psn, packets, mtu, fill_at, ip_id,
+                                              capacity) -> None:
+    """A Run (many MIDDLE packets, one object) is exactly its Segments, also when the
+    batch fills in the middle of it (PSNs wrapping at 2**24 included)."""
+    builder = FrameBuilder(A, B, 0xC000)
+    fill = (psn + fill_at) & 0xFFFFFF if fill_at >= 0 else -1
+    run = Run(op, qpn, psn, packets, fill, mtu, memoryview(bytes(range(256)) * (packets * mtu // 256)))
+    want, ident = [], ip_id
+    for seg in run.segments():
+        ident = (ident + 1) & 0xFFFF or 1
+        want.append(bytes(builder.build(seg, ident, 2)))
+    sender, got, item, sub, ident = _wire.Sender(capacity, 4160), [], 0, 0, ip_id
+    flow = flow_of(builder)
+    while item == 0:
+        item, sub, ident = sender.add(flow, [run], 0, sub, 2, CNP_TOS, ident)
+        got += [sender.datagram(i) for i in range(sender.count)]
+        _discard(sender)
+    assert got == want and ident == (ip_id + packets - 1) % 0xFFFF + 1
+
+
+def _discard(sender) -> None:
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    fd = closed.fileno()
+    closed.close()
+    with pytest.raises(OSError):
+        sender.send(fd)  # an error empties the batch
+
+
+def test_a_run_must_be_whole_middle_packets() -> None:
+    flow, sender = flow_of(FrameBuilder(A, B, 0xC000)), _wire.Sender(4, 4160)
+    with pytest.raises(ValueError, match="Run"):  # payload not packets x mtu
+        sender.add(flow, [Run(Opcode.WRITE_MIDDLE, 1, 0, 2, -1, 256, memoryview(bytes(500)))],
+                   0, 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="Run"):  # WRITE FIRST carries a RETH
+        sender.add(flow, [Run(Opcode.WRITE_FIRST, 1, 0, 1, -1, 256, memoryview(bytes(256)))],
+                   0, 0, 0, 0, 0)
+    assert sender.count == 0
 
 
 # -- sending ---------------------------------------------------------------------
@@ -95,10 +138,10 @@ def test_sender_delivers_each_datagram_once_in_order(udp_pair) -> None:
     segs = [Segment(Opcode.WRITE_MIDDLE, 0x12, psn, payload=bytes([psn]) * (100 * psn + 1))
             for psn in range(1, 7)]
     sender = _wire.Sender(4, 4160)
-    assert sender.add(flow, segs, 0, 2, 0, 0) == (4, 4)
+    assert sender.add(flow, segs, 0, 0, 2, 0, 0) == (4, 0, 4)
     want = [bytes(builder.build(s, i + 1, 2)) for i, s in enumerate(segs)]
     assert sender.send(tx) == (4, 0, sum(map(len, want[:4])))
-    assert sender.add(flow, segs, 4, 2, 0, 4) == (6, 6)
+    assert sender.add(flow, segs, 4, 0, 2, 0, 4) == (6, 0, 6)
     assert sender.send(tx.fileno()) == (2, 0, sum(map(len, want[4:])))
     assert sender.count == 0 and sender.send(tx) == (0, 0, 0)
     assert [rx.recv(65536) for _ in segs] == want
@@ -118,7 +161,7 @@ def test_sender_keeps_what_the_kernel_refuses() -> None:
         sender, sent = _wire.Sender(64, 4160), 0
         segs = [Segment(Opcode.WRITE_MIDDLE, 1, psn, payload=bytes([psn]) * 4000)
                 for psn in range(64)]
-        sender.add(flow, segs, 0, 0, 0, 0)
+        sender.add(flow, segs, 0, 0, 0, 0, 0)
         sent, refused, _ = sender.send(tx)
         assert refused == 64 - sent == sender.count > 0
         assert parse(memoryview(sender.datagram(0))).psn == sent  # the first refused on
@@ -128,7 +171,7 @@ def test_sender_keeps_what_the_kernel_refuses() -> None:
 def test_sender_raises_other_errors_and_empties() -> None:
     sender = _wire.Sender(2, 4160)
     sender.add(flow_of(FrameBuilder(A, LO, 0xC000), 9), [Segment(Opcode.SEND_ONLY, 1, 1)],
-               0, 0, 0, 0)
+               0, 0, 0, 0, 0)
     closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     fd = closed.fileno()
     closed.close()
