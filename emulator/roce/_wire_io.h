@@ -319,15 +319,88 @@ static PyObject *parse_at(ReceiverObject *self, Py_ssize_t off, Py_ssize_t n)
 }
 
 /* icrc.check_in_place: mask the variant fields in the ring itself (read first). */
+static const int masked[] = {1, 8, 10, 11, 26, 27, 32}; /* TOS, TTL, checksums, BTH byte 4 */
+
 static int icrc_ok(ReceiverObject *self, Py_ssize_t off, Py_ssize_t n)
 {
-    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(self->ring) + off;
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(self->ring) + off, keep[7];
     const unsigned char *w = p + n - ICRC_SIZE;
     uint32_t want = w[0] | w[1] << 8 | w[2] << 16 | (uint32_t)w[3] << 24, crc;
-    p[1] = p[8] = p[10] = p[11] = p[26] = p[27] = p[32] = 0xFF;
-    if (crc_of(p, n - ICRC_SIZE, &crc) < 0)
+    for (int i = 0; i < 7; i++)
+        keep[i] = p[masked[i]], p[masked[i]] = 0xFF;
+    int r = crc_of(p, n - ICRC_SIZE, &crc);
+    for (int i = 0; i < 7; i++)
+        p[masked[i]] = keep[i];
+    return r < 0 ? -1 : crc == want;
+}
+
+/* -- in-order placement: MIDDLE payloads straight into the target memory ----- */
+
+/* A target (from Python, per QP: rc.QueuePair.burst_targets) is a list
+ * [opcode, src_ip, psn, dest, offset, mtu, open, packets, bytes]: a datagram of
+ * `opcode` from src_ip at exactly `psn`, mtu bytes long, without CE, AckReq or
+ * BECN, is copied to dest[offset:] (if it fits); psn, offset, packets, bytes
+ * advance. The first datagram of that QP that is not placed closes all its
+ * targets (open = 0), so what Python sees of a QP comes after what was placed. */
+enum { T_OP, T_SRC, T_PSN, T_DEST, T_OFF, T_MTU, T_OPEN, T_PACKETS, T_BYTES, T_SIZE };
+
+static long item(PyObject *t, int i) { return PyLong_AsLong(PyList_GET_ITEM(t, i)); }
+
+static int set_item(PyObject *t, int i, long v)
+{
+    PyObject *o = PyLong_FromLong(v);
+    return o == NULL ? -1 : PyList_SetItem(t, i, o);
+}
+
+static int place_into(PyObject *t, const unsigned char *payload, Py_ssize_t n, uint32_t psn)
+{
+    Py_buffer dest;
+    long off = item(t, T_OFF);
+    if (PyErr_Occurred() || PyObject_GetBuffer(PyList_GET_ITEM(t, T_DEST), &dest, PyBUF_WRITABLE) < 0)
         return -1;
-    return crc == want;
+    int fits = off >= 0 && off + n <= dest.len;
+    if (fits)
+        memcpy((char *)dest.buf + off, payload, n);
+    PyBuffer_Release(&dest);
+    if (!fits)
+        return 0;
+    if (set_item(t, T_PSN, (psn + 1) & 0xFFFFFF) < 0 || set_item(t, T_OFF, off + n) < 0 ||
+        set_item(t, T_PACKETS, item(t, T_PACKETS) + 1) < 0 ||
+        set_item(t, T_BYTES, item(t, T_BYTES) + n) < 0)
+        return -1;
+    return 1;
+}
+
+/* 1: placed; 0: not (its QP's targets are closed now); -1: error. */
+static int try_place(PyObject *targets, const unsigned char *p, Py_ssize_t start, Py_ssize_t stop,
+                     int icrc_good)
+{
+    uint32_t w1 = get32(p + 32), w2 = get32(p + 36);
+    PyObject *key = PyLong_FromUnsignedLong(w1 & 0xFFFFFF);
+    if (key == NULL)
+        return -1;
+    PyObject *list = PyDict_GetItemWithError(targets, key); /* borrowed */
+    Py_DECREF(key);
+    if (list == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int plain = icrc_good && (p[1] & 3) != 3 && !(w2 >> 31) && !(w1 >> 30 & 1);
+    for (Py_ssize_t i = 0; plain && i < PyList_Size(list); i++) {
+        PyObject *t = PyList_GET_ITEM(list, i);
+        if (!PyList_Check(t) || PyList_GET_SIZE(t) != T_SIZE) {
+            PyErr_SetString(PyExc_TypeError, "a placement target is a list of 9");
+            return -1;
+        }
+        if (item(t, T_OPEN) && item(t, T_OP) == p[28] && (uint32_t)item(t, T_SRC) == get32(p + 12)
+            && item(t, T_PSN) == (long)(w2 & 0xFFFFFF) && item(t, T_MTU) == stop - start) {
+            int r = place_into(t, p + start, stop - start, w2 & 0xFFFFFF);
+            if (r != 0)
+                return r;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_Size(list); i++)
+        if (set_item(PyList_GET_ITEM(list, i), T_OPEN, 0) < 0)
+            return -1;
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 static int receive(int fd, struct mmsghdr *msgs, unsigned limit)
@@ -349,12 +422,26 @@ static int receive(int fd, struct mmsghdr *msgs, unsigned limit)
     return k;
 }
 
+/* fastpath.parse's checks; the payload's [start, stop) in the datagram, or -1. */
+static int bounds(const unsigned char *p, Py_ssize_t n, Py_ssize_t *start, Py_ssize_t *stop)
+{
+    if (n < MASKED_SPAN + ICRC_SIZE || p[0] != 0x45 || p[9] != IPPROTO_UDP ||
+        (get16(p + 6) & 0x3FFF) || get16(p + 2) != n || get16(p + 22) != ROCE_PORT ||
+        get16(p + 24) != n - 20 || ext_len[p[28]] < 0)
+        return -1;
+    *start = MASKED_SPAN + ext_len[p[28]];
+    *stop = n - ICRC_SIZE - (p[29] >> 4 & 3);
+    return *stop < *start ? -1 : 0;
+}
+
 static PyObject *Receiver_recv(ReceiverObject *self, PyObject *args)
 {
-    PyObject *sock;
+    PyObject *sock, *targets = Py_None;
     Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "On", &sock, &limit))
+    if (!PyArg_ParseTuple(args, "On|O", &sock, &limit, &targets))
         return NULL;
+    if (targets != Py_None && !PyDict_Check(targets))
+        return PyErr_Format(PyExc_TypeError, "Receiver.recv: targets must be a dict or None");
     int fd = PyObject_AsFileDescriptor(sock);
     if (fd < 0 || segment_type == NULL || self->ring == NULL)
         return fd < 0 ? NULL : PyErr_Format(PyExc_RuntimeError, "Receiver: not configured");
@@ -363,20 +450,25 @@ static PyObject *Receiver_recv(ReceiverObject *self, PyObject *args)
     if (k < 0)
         return NULL;
     PyObject *good = PyList_New(0), *bad = PyList_New(0);
-    Py_ssize_t nbytes = 0, malformed = 0;
+    Py_ssize_t nbytes = 0, malformed = 0, start, stop;
+    const unsigned char *ring = (unsigned char *)PyByteArray_AS_STRING(self->ring);
     for (int i = 0; good && bad && i < k; i++) {
         Py_ssize_t n = self->msgs[i].msg_len, off = i * self->slot;
         nbytes += n;
-        PyObject *seg = self->msgs[i].msg_hdr.msg_flags & MSG_TRUNC ? NULL : parse_at(self, off, n);
-        if (seg == NULL) {
-            if (PyErr_Occurred())
-                goto fail;
+        if (self->msgs[i].msg_hdr.msg_flags & MSG_TRUNC || bounds(ring + off, n, &start, &stop)) {
             malformed++;
             continue;
         }
-        int ok = icrc_ok(self, off, n);
-        int r = ok < 0 ? -1 : PyList_Append(ok ? good : bad, seg);
-        Py_DECREF(seg);
+        int ok = icrc_ok(self, off, n), placed = 0;
+        if (ok >= 0 && targets != Py_None)
+            placed = try_place(targets, ring + off, start, stop, ok);
+        if (ok < 0 || placed < 0)
+            goto fail;
+        if (placed)
+            continue;
+        PyObject *seg = parse_at(self, off, n);
+        int r = seg == NULL ? -1 : PyList_Append(ok ? good : bad, seg);
+        Py_XDECREF(seg);
         if (r < 0)
             goto fail;
     }
@@ -389,8 +481,9 @@ fail:
 
 static PyMethodDef Receiver_methods[] = {
     {"recv", (PyCFunction)Receiver_recv, METH_VARARGS,
-     "recv(sock, limit) -> (good, bad_icrc, datagrams, bytes, malformed); payloads are views "
-     "of a ring the next call overwrites"},
+     "recv(sock, limit, targets=None) -> (good, bad_icrc, datagrams, bytes, malformed); "
+     "payloads are views of a ring the next call overwrites; in-order MIDDLE payloads for "
+     "a target (qpn -> [target, ...]) are placed, not returned"},
     {NULL, NULL, 0, NULL},
 };
 

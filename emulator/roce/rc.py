@@ -32,6 +32,7 @@ _RESPONSES = frozenset({Opcode.READ_RESPONSE_FIRST, Opcode.READ_RESPONSE_MIDDLE,
                         Opcode.READ_RESPONSE_LAST, Opcode.READ_RESPONSE_ONLY})
 # Enum members as plain ints: `receive` compares them once per packet.
 _ACK, _CNP, _CE = int(Opcode.ACK), int(Opcode.CNP), int(Ecn.CE)
+_READ_MIDDLE = int(Opcode.READ_RESPONSE_MIDDLE)
 _payload = itemgetter(Segment._fields.index("payload"))
 
 
@@ -112,6 +113,23 @@ class QueuePair:
             self.counters.cnps_rx += 1  # the reaction point (engine/paced.py, DCQCN) acts on it
         else:
             self.responder.on_request(seg)
+
+    def burst_targets(self, src_ip: int) -> list[list] | None:
+        """Where the compiled receiver may place this QP's in-order MIDDLE payloads
+        from `src_ip` itself (see `_wire.Receiver.recv`); None: nowhere now."""
+        if self.requester.failed is not None:
+            return None
+        got = [t for t in (self.responder.burst_target(src_ip),
+                           self.requester.burst_target(src_ip)) if t is not None]
+        return got or None
+
+    def burst_placed(self, targets: list[list], now: float) -> None:
+        """Book what was placed, before any segment of this burst is received."""
+        for t in targets:
+            if t[0] == _READ_MIDDLE:
+                self.requester.burst_placed(t, now)
+            else:
+                self.responder.burst_placed(t)
 
     def poll(self, now: float, budget: int = 64, runs: bool = False) -> list[Segment]:
         """Up to `budget` segments to send now: CNP, then ACK/NAK/READ

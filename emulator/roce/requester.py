@@ -52,6 +52,7 @@ MAX_QUEUED_PSNS = 1 << 22
 _new_segment = tuple.__new__  # a Segment from a full tuple, without keyword handling
 # Enum members as plain module constants: the hot loops compare them per packet.
 _READ = WrKind.READ
+_READ_MIDDLE = int(Opcode.READ_RESPONSE_MIDDLE)
 _WRITE_FIRST, _WRITE_ONLY = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_ONLY)
 _RESPONSE_STARTS = frozenset({int(Opcode.READ_RESPONSE_FIRST), int(Opcode.READ_RESPONSE_ONLY)})
 _ACK_KIND, _NAK_KIND, _RNR_KIND = int(AckKind.ACK), int(AckKind.NAK), int(AckKind.RNR_NAK)
@@ -255,6 +256,22 @@ class Requester:
         self.counters.rx_packets += 1
         self.counters.rx_bytes += n
         self._advance((psn + 1) & PSN_MASK, now)
+
+    def burst_target(self, src_ip: int) -> list[int | memoryview] | None:
+        """Where the compiled receiver may place in-order READ RESPONSE MIDDLE
+        payloads itself (`_wire.Receiver.recv`'s target list), or None."""
+        wr = self._wrs[0] if self._wrs else None
+        if wr is None or wr.kind is not _READ or not wr.holds(self.una):
+            return None
+        offset = ((self.una - wr.first) & PSN_MASK) * self.cfg.mtu
+        return [_READ_MIDDLE, src_ip, self.una, wr.local, offset, self.cfg.mtu, 1, 0, 0]
+
+    def burst_placed(self, target: list, now: float) -> None:
+        """Book what the compiled receiver placed: as many `on_read_response`s."""
+        if target[7]:
+            self.counters.rx_packets += target[7]
+            self.counters.rx_bytes += target[8]
+            self._advance(target[2], now)
 
     def _on_rnr(self, seg: Segment, now: float) -> None:
         """The responder had no receive for the request at `seg.psn`: what is

@@ -116,6 +116,28 @@ class Responder:
                 self._nak_sent = True
                 self._queue_nak(Syndrome.NAK_PSN_SEQUENCE_ERROR, self.epsn)
 
+    def burst_target(self, src_ip: int) -> list[int | memoryview | bytearray] | None:
+        """Where the compiled receiver may place in-order WRITE MIDDLE payloads
+        itself (`_wire.Receiver.recv`'s target list), or None: no WRITE is open."""
+        msg = self._msg
+        if msg is None or msg.kind is not _WRITE:
+            return None
+        return [_WRITE_MIDDLE, src_ip, self.epsn, msg.dest, msg.done, self.cfg.mtu, 1, 0, 0]
+
+    def burst_placed(self, target: list) -> None:
+        """Book what the compiled receiver placed: as many `_place_middle`s, with
+        their ACK (every `ack_every` packets) coalesced into one."""
+        n = target[7]
+        if not n or self._msg is None:
+            return
+        self.epsn, self._msg.done = target[2], target[4]
+        self._nak_sent = self._dup_acked = False
+        self.counters.rx_packets += n
+        self.counters.rx_bytes += target[8]
+        self._unacked += n
+        if self._unacked >= self.cfg.ack_every:
+            self._queue_ack()
+
     def _accept(self, seg: Segment) -> None:
         kind = _STARTS.get(seg.opcode) if self._msg is None else _CONTINUES.get(seg.opcode)
         if kind is None or (self._msg is not None and kind is not self._msg.kind):

@@ -30,6 +30,7 @@ import random
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import overload
 
 from emulator.errors import EngineError
 from emulator.roce import sockfilter, wire
@@ -156,18 +157,26 @@ class Transport:
             if self.on_bad_icrc is not None:
                 self.on_bad_icrc(seg)
 
-    def recv_burst(self, limit: int) -> list[Segment]:
+    @overload
+    def recv_burst(self, limit: int) -> list[Segment]: ...
+    @overload
+    def recv_burst(self, limit: int, targets: dict[int, list[list]]) -> tuple[list[Segment], int]: ...
+
+    def recv_burst(self, limit: int, targets: dict[int, list[list]] | None = None
+                   ) -> list[Segment] | tuple[list[Segment], int]:
         """Up to `limit` good segments queued now (one recvmmsg(2) on the compiled path);
-        their payloads are views of a buffer the next call overwrites."""
+        their payloads are views of a buffer the next call overwrites. With `targets`
+        (compiled path only: QueuePair.burst_targets by QPN), in-order MIDDLE payloads
+        are placed instead of returned: (segments, datagrams placed)."""
         if self._receiver is None:  # one recv(2) each, into a slot of its own
             out: list[Segment] = []
             for rx, rxv in self._rx_ring[:limit]:
                 if (seg := self._recv_into(rx, rxv)) is None:
                     break
                 out.append(seg)
-            return out
+            return out if targets is None else (out, 0)
         assert self._raw is not None, "transport closed"
-        good, bad, count, nbytes, malformed = self._receiver.recv(self._raw, limit)
+        good, bad, count, nbytes, malformed = self._receiver.recv(self._raw, limit, targets)
         counters = self.counters
         counters.rx_datagrams += count
         counters.rx_bytes += nbytes
@@ -176,7 +185,9 @@ class Transport:
             counters.bad_icrc += 1
             if self.on_bad_icrc is not None:
                 self.on_bad_icrc(seg)
-        return good
+        if targets is None:
+            return good
+        return good, count - malformed - len(bad) - len(good)
 
     # -- the batched send path ----------------------------------------------
 

@@ -262,3 +262,65 @@ def test_pure_env_forces_the_python_path(monkeypatch) -> None:
     assert wire.compiled() is None and wire.name() == "python"
     monkeypatch.setenv(wire.PURE_ENV, "0")
     assert wire.compiled() is _wire and wire.name() == "compiled"
+
+
+# -- placement: in-order MIDDLE payloads straight into memory -------------------------
+
+SRC = int.from_bytes(socket.inet_aton(A), "big")
+
+
+def _middles(psns, mtu=256, qpn=7, tos=2, op=Opcode.WRITE_MIDDLE, corrupt=()):
+    builder = FrameBuilder(A, B, 0xC000)
+    out = []
+    for i, psn in enumerate(psns):
+        d = bytearray(builder.build(Segment(op, qpn, psn & 0xFFFFFF,
+                                            payload=bytes([psn & 0xFF]) * mtu), i + 1, tos))
+        if i in corrupt:
+            d[-1] ^= 1
+        out.append(bytes(d))
+    return out
+
+
+def _target(psn, dest, offset=0, mtu=256, op=Opcode.WRITE_MIDDLE, src=SRC):
+    return [int(op), src, psn, dest, offset, mtu, 1, 0, 0]
+
+
+def test_in_order_middles_are_placed_not_returned(udp_pair) -> None:
+    """PSNs wrap at 2**24 on the way; placed bytes land at offset on, in order."""
+    tx, rx = udp_pair
+    dest = bytearray(256 * 8)
+    first = (1 << 24) - 2
+    t = _target(first, memoryview(dest), offset=256)
+    good, bad, count, _, _ = _burst(tx, rx, _middles(range(first, first + 5)), limit=64)
+    assert (len(good), bad, count) == (5, [], 5)  # without targets: returned
+    for d in _middles(range(first, first + 5)):
+        tx.sendto(d, rx.getsockname())
+    good, bad, count, _, _ = _wire.Receiver(64, 8192).recv(rx, 64, {7: [t]})
+    assert (good, bad, count) == ([], [], 5)
+    assert (t[2], t[4], t[6:]) == ((first + 5) & 0xFFFFFF, 6 * 256, [1, 5, 5 * 256])
+    assert dest == bytes(256) + b"".join(bytes([p & 0xFF]) * 256 for p in range(first, first + 5)) \
+        + bytes(256 * 2)
+
+
+@pytest.mark.parametrize("case", ["gap", "ce", "bad_icrc", "other_src", "too_big"])
+def test_the_first_unplaceable_datagram_closes_its_qp(udp_pair, case) -> None:
+    """What Python sees of a QP comes after what was placed: from the first datagram
+    that is not placed on (a gap, a CE mark, a bad ICRC, another source, no room)."""
+    tx, rx = udp_pair
+    dest = bytearray(256 * (2 if case == "too_big" else 8))
+    t = _target(10, memoryview(dest), src=SRC + (case == "other_src"))
+    psns = [10, 11, 13, 14] if case == "gap" else [10, 11, 12, 13]
+    datagrams = _middles(psns, corrupt=(2,) if case == "bad_icrc" else ())
+    if case == "ce":
+        ce = bytearray(datagrams[2])
+        ce[1] |= 3  # a switch marked it: TOS is outside the ICRC
+        datagrams[2] = bytes(ce)
+    for d in datagrams:
+        tx.sendto(d, rx.getsockname())
+    good, bad, *_ = _wire.Receiver(64, 8192).recv(rx, 64, {7: [t]})
+    placed = 0 if case == "other_src" else 2
+    assert t[7] == placed and t[6] == 0 and t[2] == 10 + placed
+    assert sorted(s.psn for s in good + bad) == psns[placed:]
+    assert len(bad) == (case == "bad_icrc")
+    if case == "ce":
+        assert good[0].ecn == 3  # handed over as it came, for the CNP
