@@ -324,3 +324,18 @@ def test_the_first_unplaceable_datagram_closes_its_qp(udp_pair, case) -> None:
     assert len(bad) == (case == "bad_icrc")
     if case == "ce":
         assert good[0].ecn == 3  # handed over as it came, for the CNP
+
+
+def test_a_missing_build_falls_back_with_one_warning(monkeypatch, caplog) -> None:
+    import importlib
+
+    def missing(name: str):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    monkeypatch.setattr(wire, "_state", {})
+    monkeypatch.delenv(wire.PURE_ENV, raising=False)
+    with caplog.at_level("WARNING", logger="rocelab.engine"):
+        assert wire.compiled() is None and wire.compiled() is None and wire.name() == "python"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "not built" in lines[0] and "\n" not in lines[0]
