@@ -9,7 +9,8 @@ pure-Python path (emulator/roce/wire.py says which one runs).
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(
-    "emulator.roce._wire", ["emulator/roce/_wire.c"], depends=["emulator/roce/_wire_io.h"],
+    "emulator.roce._wire", ["emulator/roce/_wire.c"],
+    depends=["emulator/roce/_wire_send.h", "emulator/roce/_wire_recv.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers"],
     optional=True,

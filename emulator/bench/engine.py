@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +40,9 @@ from typing import Any
 from .. import netns
 from ..errors import EngineError
 from ..waiting import wait_until
+from .iperf import IPERF_S, iperf3_figures, per_packet, run_iperf3
+
+__all__ = ["iperf3_figures", "run"]  # iperf3_figures: the baseline's reader, tested with this
 
 NS_A, NS_B = "bx-a", "bx-b"  # requester / iperf3 client, responder / iperf3 server
 IP_A, IP_B = "10.251.0.1", "10.251.0.0"
@@ -55,14 +56,13 @@ REGION = 64 * MIB  # what is hashed at the end
 CHUNK = 4 * MIB  # one work request
 DEPTH = 4  # work requests kept in flight
 STREAM_S = 2.0  # each engine measurement streams this long (at least one full pass)
-IPERF_S = 3
-IPERF_PORT = 5201
 TARGET_RATIO = 0.9
 BUDGET_S = 80.0  # further repeats are skipped past this (the section must stay < 90 s)
 CHILD_TIMEOUT_S = 30.0
 # One core per side when there are two (engine processes and iperf3 alike).
 WINDOW = 512  # request packets in flight: the engine default for unshaped labs
-CPUS = {NS_A: 0, NS_B: 1} if (os.cpu_count() or 1) >= 2 else {NS_A: None, NS_B: None}
+CPUS: dict[str, int | None] = ({NS_A: 0, NS_B: 1} if (os.cpu_count() or 1) >= 2
+                               else {NS_A: None, NS_B: None})
 
 
 @dataclass(frozen=True)
@@ -241,13 +241,13 @@ def run_engine(case: Case, data: bytes) -> dict[str, Any]:
         # blocking waits per 1,000 data packets: each one a wakeup the other side pays for
         "waits_per_1000_packets": {side: round(r["waits"] * 1000 / packets, 1) if packets else None
                                    for side, r in (("sender", sender), ("receiver", receiver))},
-        "cpu_us_per_packet": {"sender": _per_packet(sender["cpu_s"], packets),
-                              "receiver": _per_packet(receiver["cpu_s"], packets)},
+        "cpu_us_per_packet": {"sender": per_packet(sender["cpu_s"], packets),
+                              "receiver": per_packet(receiver["cpu_s"], packets)},
         # user: the engine's own work (Python, or the compiled data path); system: the
         # kernel's, syscalls and the veth's softirq (charged to the sending side)
         "cpu_split_us_per_packet": {
-            side: {"user": _per_packet(r["user_s"], packets),
-                   "system": _per_packet(r["system_s"], packets)}
+            side: {"user": per_packet(r["user_s"], packets),
+                   "system": per_packet(r["system_s"], packets)}
             for side, r in (("sender", sender), ("receiver", receiver))},
     }
 
@@ -262,8 +262,6 @@ def _cpu_since(t0: os.times_result) -> dict[str, Any]:
             "data_path": wire.name()}
 
 
-def _per_packet(seconds: float, packets: int) -> float | None:
-    return round(seconds / packets * 1e6, 2) if packets else None
 
 
 def _recv(conn, proc, timeout: float):
@@ -279,65 +277,6 @@ def _recv(conn, proc, timeout: float):
     wait_until(reported, timeout, 0, what=f"no report from benchmark process {proc.name}",
                error=EngineError)
     return conn.recv()
-
-
-# -- the baseline: iperf3 -u on the same veth ---------------------------------
-
-def run_iperf3(payload: int) -> dict[str, Any]:
-    """iperf3 -u -b 0 from bx-a to a one-off server in bx-b; the server's figures."""
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", NS_B, "iperf3", "-s", "-1", "-B", IP_B, "-p", str(IPERF_PORT),
-         *_affinity(NS_B), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_listening(server.pid, IPERF_PORT, 5.0)
-        client = subprocess.run(
-            ["ip", "netns", "exec", NS_A, "iperf3", "-c", IP_B, "-p", str(IPERF_PORT), "-u",
-             "-b", "0", "-l", str(payload), "-t", str(IPERF_S), *_affinity(NS_A), "--json"],
-            capture_output=True, text=True, timeout=IPERF_S + 15)
-        out, err = server.communicate(timeout=10)
-    finally:
-        if server.poll() is None:
-            server.kill()  # by its PID
-            server.wait()
-    if server.returncode != 0 or client.returncode != 0:
-        raise EngineError(f"iperf3 failed: server {err.strip()!r} client {client.stdout[-300:]!r}")
-    return iperf3_figures(out, client.stdout)
-
-
-def _affinity(ns: str) -> list[str]:
-    return [] if CPUS[ns] is None else ["-A", str(CPUS[ns])]
-
-
-def iperf3_figures(server_json: str, client_json: str) -> dict[str, Any]:
-    """The rates of one UDP test from iperf3's --json reports: what the server
-    received (its `sum_received`: the baseline) and what the client sent."""
-    recv = json.loads(server_json)["end"]["sum_received"]
-    sent = json.loads(client_json)["end"]["sum_sent"]
-    out = {"received_gbit_s": round(recv["bits_per_second"] / 1e9, 3),
-           "sent_gbit_s": round(sent["bits_per_second"] / 1e9, 3),
-           "packets": recv["packets"], "lost_packets": recv["lost_packets"],
-           "lost_percent": round(recv["lost_percent"], 2)}
-    cpu = json.loads(client_json)["end"].get("cpu_utilization_percent")
-    if cpu is not None:  # host: the client (sender); remote: the server (receiver)
-        got = recv["packets"] - recv["lost_packets"]
-        out["cpu_us_per_packet"] = {
-            "sender": _per_packet(cpu["host_total"] / 100 * sent["seconds"], sent["packets"]),
-            "receiver": _per_packet(cpu["remote_total"] / 100 * recv["seconds"], got)}
-    return out
-
-
-def _wait_listening(pid: int, port: int, timeout: float) -> None:
-    """Poll the process's own /proc/PID/net/tcp (its namespace) for a listener."""
-    deadline, want = time.monotonic() + timeout, f":{port:04X}"
-    seen = ""
-    while time.monotonic() < deadline:
-        with contextlib.suppress(FileNotFoundError):
-            seen = open(f"/proc/{pid}/net/tcp").read()
-            if any(row.split()[1].endswith(want) and row.split()[3] == "0A"
-                   for row in seen.splitlines()[1:]):
-                return
-        time.sleep(0.01)
-    raise EngineError(f"iperf3 server not listening on {port} after {timeout} s: {seen[:200]!r}")
 
 
 # -- the section ----------------------------------------------------------------
@@ -370,7 +309,7 @@ def _payload_rounds(payload: int, repeats: int, log) -> dict[str, Any]:
         if i and time.monotonic() + IPERF_S + 3 * STREAM_S > budget_end:
             log(f"engine {payload} B: stopping after {i} rounds (time budget)")
             break
-        runs["iperf3"].append(run_iperf3(payload))
+        runs["iperf3"].append(run_iperf3(payload, NS_A, NS_B, IP_B, CPUS))
         for op in ("write", "read"):
             runs[op].append(run_engine(Case(op, payload), data))
         log(f"engine {payload} B round {i + 1}: iperf3 -u received "

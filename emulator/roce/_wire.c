@@ -231,7 +231,8 @@ static int read_run(PyObject *run, RunFields *r, Py_buffer *payload)
     return 0;
 }
 
-#include "_wire_io.h"
+#include "_wire_send.h"
+#include "_wire_recv.h"
 
 static PyObject *configure(PyObject *mod, PyObject *args)
 {
