@@ -39,9 +39,14 @@ def _load() -> ModuleType | None:
     return _wire
 
 
+def forced_pure() -> bool:
+    """ROCELAB_ENGINE_PURE is set (not to 0): run the pure-Python path."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def compiled() -> ModuleType | None:
     """The configured `_wire` module, or None: not built, or ROCELAB_ENGINE_PURE=1."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if forced_pure():
         return None
     if "wire" not in _state:
         _state["wire"] = _load()

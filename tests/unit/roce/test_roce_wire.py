@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -339,3 +340,32 @@ def test_a_missing_build_falls_back_with_one_warning(monkeypatch, caplog) -> Non
         assert wire.compiled() is None and wire.compiled() is None and wire.name() == "python"
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "not built" in lines[0] and "\n" not in lines[0]
+
+
+@pytest.mark.parametrize("pure", ["1", "0", None])
+def test_engine_daemons_get_the_forced_path_as_a_flag(monkeypatch, pure) -> None:
+    """Helpers start with a minimal environment (procs.base_env): ROCELAB_ENGINE_PURE=1
+    reaches each engine daemon as --pure, which sets it again inside."""
+    from types import SimpleNamespace
+
+    from emulator.engine import client
+
+    seen: list[list[str]] = []
+
+    def start(lab, argv, **how):
+        seen.append(argv)
+        return "helper"
+
+    if pure is None:
+        monkeypatch.delenv(wire.PURE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(wire.PURE_ENV, pure)
+    monkeypatch.setattr(client.procs, "start", start)
+    monkeypatch.setattr(client.procs, "wait_ready", lambda pending, timeout: None)
+    monkeypatch.setattr(client, "_alive", lambda path: False)
+    monkeypatch.setattr(client, "sock_path", lambda plan, host: Path("/nonexistent/x/engine.sock"))
+    monkeypatch.setattr(client.rundirs, "make_private_dir", lambda path, exist_ok: None)
+    monkeypatch.setattr(client, "for_host", lambda plan, host: SimpleNamespace(to_json=lambda: "{}"))
+    host = SimpleNamespace(name="h1", address="10.0.0.1", addresses=["10.0.0.1"], netns="ns")
+    client.ensure_engines(SimpleNamespace(lab="lab"), [host])  # type: ignore[arg-type]
+    assert ("--pure" in seen[0]) == (pure == "1")
