@@ -18,6 +18,7 @@ from .. import forwarding, procs, rundirs
 from ..errors import EngineError
 from ..paths import node_run_dir
 from ..plan import Node, Plan
+from ..roce import wire
 from .config import for_host
 from .job import Job, Op, TransferResult
 from .jsonlines import MAX_REPLY_LINE, Channel
@@ -62,7 +63,8 @@ def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
             plan.lab, [sys.executable, "-m", "emulator.engine.daemon", "--lab", plan.lab,
                        "--host", host.name, "--ip", host.address or "", "--sock", str(path),
                        *[a for ip in host.addresses[1:] for a in ("--rail-ip", ip)],
-                       "--config", for_host(plan, host).to_json()],
+                       "--config", for_host(plan, host).to_json(),
+                       *(["--pure"] if wire.forced_pure() else [])],
             name=f"the engine on {host.name}", log=path.parent / "engine.log",
             netns_name=host.netns, error=EngineError)
         starting.append((engine, procs.Ready(f"an answer on {path.name}",

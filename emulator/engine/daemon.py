@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import EngineError, RocelabError
 from ..histogram import TRANSFER_BUCKETS, Histogram
 from ..perftest.session import Options
+from ..roce import wire
 from ..roce.dcqcn import CHOICES, ReactionPoint
 from ..roce.endpoint import qp_sport
 from ..roce.memory import MemoryRegion
@@ -174,7 +175,7 @@ class Engine:
         unix.listen(64)
         for listener, handler in ((tcp, self._on_tcp), (unix, self._on_unix)):
             threading.Thread(target=self._accept_loop, args=(listener, handler), daemon=True).start()
-        log.info("engine %s on %s ready", self.host, self.ip)
+        log.info("engine %s on %s ready (%s data path)", self.host, self.ip, wire.name())
         signal.sigwait({signal.SIGTERM, signal.SIGINT})
         self.dp.stop()
 
@@ -441,7 +442,11 @@ def main() -> None:
                     help="a multi-NIC host's other addresses, rail order")
     ap.add_argument("--sock", required=True, type=Path)
     ap.add_argument("--config", default="{}", help="EngineConfig as JSON")
+    ap.add_argument("--pure", action="store_true",
+                    help="the pure-Python data path (ROCELAB_ENGINE_PURE=1 where it was started)")
     args = ap.parse_args()
+    if args.pure:  # helpers start with a minimal environment: the choice comes as a flag
+        os.environ[wire.PURE_ENV] = "1"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     Engine(args.lab, args.host, args.ip, args.sock, EngineConfig.from_json(args.config),

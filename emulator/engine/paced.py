@@ -44,10 +44,10 @@ class PacedQueuePair(QueuePair):
         rate = self.rp.rate if self.rp is not None else self.limit
         return min(rate, self.limit) if self.limit else rate
 
-    def poll(self, now: float, budget: int = 64) -> list[Segment]:
+    def poll(self, now: float, budget: int = 64, runs: bool = False) -> list[Segment]:
         rp = self.rp
         if rp is None and not self.limit:
-            return super().poll(now, budget)
+            return super().poll(now, budget, runs)
         if rp is not None:
             rp.tick(now)
         if self._last is not None:
@@ -56,7 +56,7 @@ class PacedQueuePair(QueuePair):
         if self._tokens < 0:
             return []
         allowed = max(1, int(self._tokens // self.config.mtu))
-        out = super().poll(now, min(budget, allowed))
+        out = super().poll(now, min(budget, allowed), runs)
         sent = sum(len(s.payload) for s in out)
         self._tokens -= sent
         if rp is not None:

@@ -5,9 +5,9 @@ received segments to QPs by destination QPN (and checks the source address),
 sends what the QPs produce with the right TOS, and waits in select() only
 when no QP has anything to do before its next timer.
 
-One turn (`step`) receives a batch -- until the socket is empty, or at most
-`rx_batch` datagrams so that ACKs are not held back behind a long receive --
-then lets every QP send, building datagrams straight into the transport's
+One turn (`step`) receives a batch -- what the socket holds, at most
+`rx_batch` datagrams (one recvmmsg) so that ACKs are not held back behind a
+long receive -- then lets every QP send, building datagrams straight into the transport's
 send batch and handing them over with one sendmmsg. The clock is read once
 per half turn, not per packet. A turn that moved nothing blocks in select()
 until a datagram arrives or the next QP timer is due, so an engine whose
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from emulator.errors import EngineError
 from emulator.roce.fastpath import FrameBuilder, Segment
-from emulator.roce.headers import Ecn, Opcode, udp_source_port
+from emulator.roce.headers import Ecn, udp_source_port
 from emulator.roce.rc import QueuePair
 from emulator.roce.transport import SLOT_SIZE, Transport
 from emulator.roce.verbs import QpConfig
@@ -32,7 +32,6 @@ from emulator.roce.verbs import QpConfig
 CNP_DSCP = 48  # NVIDIA default: CNPs on their own strict-priority class
 BLOCKED_RETRY_S = 0.0005  # how soon a send the kernel refused is tried again
 RX_BATCH = 32  # datagrams handled before QPs get a turn to send (their ACKs among it)
-_CNP = int(Opcode.CNP)
 
 
 def qp_sport(config: QpConfig) -> int:
@@ -46,7 +45,7 @@ class _Flow:
     peer_ip: str
     peer_addr: int  # peer_ip as the integer `parse` reports in src_ip
     builder: FrameBuilder
-    address: int  # the transport's handle for peer_ip
+    handle: object  # the transport's handle for (builder, peer_ip)
 
 
 class Endpoint:
@@ -64,6 +63,7 @@ class Endpoint:
         self.rx_batch = rx_batch
         self.injected_drops = 0
         self.unknown_qp = 0
+        self.waits = 0  # turns that blocked in select(): each is a wakeup for the sender's CPU
         self._tos, self._cnp_tos = dscp << 2 | ecn, CNP_DSCP << 2
         self._drop = drop
         self._flows: dict[int, _Flow] = {}
@@ -81,7 +81,7 @@ class Endpoint:
                               f"do not fit the {SLOT_SIZE}-byte send slots")
         addr = int.from_bytes(socket.inet_aton(peer_ip), "big")
         self._flows[qp.qpn] = _Flow(qp, peer_ip, addr, builder,
-                                    self.transport.address(peer_ip))
+                                    self.transport.flow(builder, peer_ip))
 
     def remove(self, qpn: int) -> QueuePair | None:
         """Stop serving a QP (segments for it then count as `unknown_qp`)."""
@@ -102,6 +102,7 @@ class Endpoint:
         if moved == 0 and max_wait > 0:
             wait = self._wait_bound(max_wait)
             if wait > 0:
+                self.waits += 1
                 select.select([self.transport], [], [], wait)
         return moved
 
@@ -114,40 +115,61 @@ class Endpoint:
             self.step(max_wait=0.01)
 
     def _receive(self) -> int:
-        recv, flows = self.transport.recv, self._flows
+        flows, transport = self._flows, self.transport
+        if getattr(transport, "runs", False):  # the compiled receiver places MIDDLEs itself
+            return self._receive_placing()
+        segs = transport.recv_burst(self.rx_batch)
+        if not segs:
+            return 0
         now = time.monotonic()
-        count = 0
-        while count < self.rx_batch:
-            seg = recv()
-            if seg is None:
-                break
-            count += 1
-            flow = flows.get(seg.dest_qp)
-            if flow is None or seg.src_ip != flow.peer_addr:
+        for seg in segs:
+            flow = flows.get(seg[1])  # Segment.dest_qp
+            if flow is None or seg[12] != flow.peer_addr:  # Segment.src_ip
                 self.unknown_qp += 1
                 continue
             flow.qp.receive(seg, now)
-        return count
+        return len(segs)
+
+    def _receive_placing(self) -> int:
+        """`_receive`, with in-order WRITE/READ RESPONSE MIDDLE payloads placed by the
+        compiled receiver and booked per QP before the segments it hands back."""
+        targets: dict[int, list[list]] = {}
+        for qpn, flow in self._flows.items():
+            if (t := flow.qp.burst_targets(flow.peer_addr)) is not None:
+                targets[qpn] = t
+        segs, placed = self.transport.recv_burst(self.rx_batch, targets)
+        now = time.monotonic()
+        for qpn, t in targets.items():
+            self._flows[qpn].qp.burst_placed(t, now)
+        for seg in segs:
+            to = self._flows.get(seg[1])  # Segment.dest_qp
+            if to is None or seg[12] != to.peer_addr:  # Segment.src_ip
+                self.unknown_qp += 1
+                continue
+            to.qp.receive(seg, now)
+        return len(segs) + placed
 
     def _send(self) -> int:
         now, sent = time.monotonic(), 0
         transport, budget = self.transport, self.budget
         queue, drop, tos, cnp_tos = transport.queue, self._drop, self._tos, self._cnp_tos
+        # MIDDLE packets as Runs where the transport builds them (not when each segment
+        # must meet the drop hook); budget counts packets either way
+        runs = drop is None and getattr(transport, "runs", False)
         for flow in self._flows.values():
             if transport.room() < budget:
                 transport.flush()  # what the kernel refused before goes first
                 if transport.room() < budget:
                     break  # backpressure: the port is paused or full, QPs keep their packets
-            segs = flow.qp.poll(now, budget)
+            segs = flow.qp.poll(now, budget, runs)
             if not segs:
                 continue
-            sent += len(segs)
-            builder, address = flow.builder, flow.address
-            for seg in segs:
-                if drop is not None and drop(seg):
-                    self.injected_drops += 1
-                    continue
-                queue(builder, seg, cnp_tos if seg.opcode == _CNP else tos, address)
+            sent += len(segs)  # items: a Run counts once (enough for "something moved")
+            if drop is not None:
+                kept = [seg for seg in segs if not drop(seg)]
+                self.injected_drops += len(segs) - len(kept)
+                segs = kept
+            queue(flow.handle, segs, tos, cnp_tos)
         self.transport.flush()
         return sent
 

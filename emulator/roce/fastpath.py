@@ -65,6 +65,40 @@ class Segment(NamedTuple):
     src_ip: int = 0
 
 
+class Run(NamedTuple):
+    """`packets` full-MTU packets of one payload-only opcode (a WRITE, SEND or READ
+    RESPONSE MIDDLE) with consecutive PSNs from `psn`: the burst form of that many
+    Segments, which the compiled data path (wire.py) builds without a Python
+    object per packet. Packet i carries payload[i * mtu:(i + 1) * mtu]; the one
+    whose PSN is `fill` (-1: none) carries AckReq. `Run.segments()` is what it
+    stands for."""
+
+    opcode: int
+    dest_qp: int
+    psn: int
+    packets: int
+    fill: int
+    mtu: int
+    payload: memoryview
+
+    def segments(self) -> list[Segment]:
+        op, qpn, mtu, view = self.opcode, self.dest_qp, self.mtu, self.payload
+        psns = [(self.psn + i) & 0xFFFFFF for i in range(self.packets)]
+        return [Segment(op, qpn, p, p == self.fill, payload=view[i * mtu:(i + 1) * mtu])
+                for i, p in enumerate(psns)]
+
+
+def expand(items: list[Segment | Run]) -> list[Segment]:
+    """The Segments a burst stands for, in order."""
+    out: list[Segment] = []
+    for item in items:
+        if type(item) is Run:
+            out.extend(item.segments())
+        else:
+            out.append(item)  # type: ignore[arg-type]
+    return out
+
+
 class FrameBuilder:
     """Builds datagrams of one flow (addresses and UDP port fixed) in place.
 
@@ -84,6 +118,11 @@ class FrameBuilder:
         # Sum of the IP header words that never change, for the checksum.
         self._ip_sum = (0x4500 + 0x4000 + (ttl << 8 | IPPROTO_UDP)
                         + sum(struct.unpack("!4H", self._src + self._dst)))
+
+    def fields(self) -> tuple[bytes, bytes, int, int, int]:
+        """(source, destination, UDP source port, TTL, P_Key): what the compiled
+        builder (wire.py) needs to make the same datagrams."""
+        return self._src, self._dst, self._sport, self._ttl, self._pkey
 
     def build(self, seg: Segment, ip_id: int, tos: int = Ecn.ECT0) -> memoryview:
         """The datagram for `seg` with the given IP ident and TOS byte."""

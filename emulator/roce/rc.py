@@ -21,7 +21,7 @@ from __future__ import annotations
 from operator import itemgetter
 
 from emulator.roce.errors import AccessError, QpStateError
-from emulator.roce.fastpath import Segment
+from emulator.roce.fastpath import Run, Segment
 from emulator.roce.headers import Ecn, Opcode
 from emulator.roce.memory import MemoryTable
 from emulator.roce.requester import Requester
@@ -32,6 +32,7 @@ _RESPONSES = frozenset({Opcode.READ_RESPONSE_FIRST, Opcode.READ_RESPONSE_MIDDLE,
                         Opcode.READ_RESPONSE_LAST, Opcode.READ_RESPONSE_ONLY})
 # Enum members as plain ints: `receive` compares them once per packet.
 _ACK, _CNP, _CE = int(Opcode.ACK), int(Opcode.CNP), int(Ecn.CE)
+_READ_MIDDLE = int(Opcode.READ_RESPONSE_MIDDLE)
 _payload = itemgetter(Segment._fields.index("payload"))
 
 
@@ -113,22 +114,47 @@ class QueuePair:
         else:
             self.responder.on_request(seg)
 
-    def poll(self, now: float, budget: int = 64) -> list[Segment]:
-        """Up to `budget` segments to send now: CNP, then ACK/NAK/READ
-        responses in order, then this side's requests as the window allows."""
-        out: list[Segment] = []
+    def burst_targets(self, src_ip: int) -> list[list] | None:
+        """Where the compiled receiver may place this QP's in-order MIDDLE payloads
+        from `src_ip` itself (see `_wire.Receiver.recv`); None: nowhere now."""
         if self.requester.failed is not None:
-            return out
-        if self._cnp_due and budget > 0:
+            return None
+        got = [t for t in (self.responder.burst_target(src_ip),
+                           self.requester.burst_target(src_ip)) if t is not None]
+        return got or None
+
+    def burst_placed(self, targets: list[list], now: float) -> None:
+        """Book what was placed, before any segment of this burst is received."""
+        for t in targets:
+            if t[0] == _READ_MIDDLE:
+                self.requester.burst_placed(t, now)
+            else:
+                self.responder.burst_placed(t)
+
+    def poll(self, now: float, budget: int = 64, runs: bool = False) -> list[Segment]:
+        """Up to `budget` segments to send now: CNP, then ACK/NAK/READ
+        responses in order, then this side's requests as the window allows.
+
+        With `runs`, full-MTU MIDDLE packets come as `fastpath.Run`s (the
+        compiled data path's burst; `fastpath.expand` gives the Segments):
+        the list is then typed list[Segment | Run], and `budget` still counts
+        packets."""
+        out: list[Segment | Run] = []
+        if self.requester.failed is not None:
+            return out  # type: ignore[return-value]
+        left = budget
+        if self._cnp_due and left > 0:
             self._cnp_due = False
             self.counters.cnps_tx += 1
             out.append(Segment(Opcode.CNP, self.config.remote_qpn, 0, becn=True))
-        self.responder.poll(budget - len(out), out)
-        self.requester.poll(now, budget - len(out), out)
+            left -= 1
+        left -= self.responder.poll(left, out, runs)
+        left -= self.requester.poll(now, left, out, runs)
         if out:
-            self.counters.packets_sent += len(out)
-            self.counters.bytes_sent += sum(map(len, map(_payload, out)))
-        return out
+            self.counters.packets_sent += budget - left
+            self.counters.bytes_sent += (sum(len(x.payload) for x in out) if runs
+                                         else sum(map(len, map(_payload, out))))
+        return out  # type: ignore[return-value]
 
     def next_deadline(self) -> float | None:
         """When `poll` must be called again even if nothing arrives."""

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from emulator.errors import EngineError
-from emulator.roce.fastpath import Segment
+from emulator.roce.fastpath import Run, Segment
 from emulator.roce.headers import AckKind, Opcode, Syndrome
 from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
 from emulator.roce.verbs import (
@@ -52,6 +52,7 @@ MAX_QUEUED_PSNS = 1 << 22
 _new_segment = tuple.__new__  # a Segment from a full tuple, without keyword handling
 # Enum members as plain module constants: the hot loops compare them per packet.
 _READ = WrKind.READ
+_READ_MIDDLE = int(Opcode.READ_RESPONSE_MIDDLE)
 _WRITE_FIRST, _WRITE_ONLY = int(Opcode.WRITE_FIRST), int(Opcode.WRITE_ONLY)
 _RESPONSE_STARTS = frozenset({int(Opcode.READ_RESPONSE_FIRST), int(Opcode.READ_RESPONSE_ONLY)})
 _ACK_KIND, _NAK_KIND, _RNR_KIND = int(AckKind.ACK), int(AckKind.NAK), int(AckKind.RNR_NAK)
@@ -110,17 +111,18 @@ class Requester:
 
     # -- transmit ----------------------------------------------------------
 
-    def poll(self, now: float, budget: int, out: list[Segment]) -> None:
-        """Append up to `budget` request packets the window allows."""
+    def poll(self, now: float, budget: int, out: list[Segment | Run], runs: bool = False) -> int:
+        """Append up to `budget` request packets the window allows; return how many.
+        `runs`: full-MTU MIDDLE packets as one `Run` each (the compiled path's burst)."""
         if self._rnr_until is not None:
             if now < self._rnr_until:
-                return
+                return 0
             self._rnr_until = None
         if self._deadline is not None and now >= self._deadline:
             self._on_timeout(now)
         if self.failed is not None:
-            return
-        nxt, tail = self.nxt, self.tail
+            return 0
+        nxt, tail, start = self.nxt, self.tail, budget
         # nxt is never behind una, so the masked difference is the distance.
         room = self.cfg.window - ((nxt - self.una) & PSN_MASK)
         while budget > 0 and room > 0 and nxt != tail:
@@ -133,7 +135,7 @@ class Requester:
                 self._reads.append((nxt + used) & PSN_MASK)
                 sent = 1
             else:
-                used = sent = self._data_packets(wr, nxt, min(budget, room), out)
+                used = sent = self._data_packets(wr, nxt, min(budget, room), out, runs)
             behind = psn_diff(self._high, nxt)  # PSNs here that went out before
             if behind > 0:
                 self.counters.retransmitted_packets += min(sent, behind)
@@ -145,6 +147,7 @@ class Requester:
             if self._deadline is None:
                 self._deadline = now + self._rto
         self.nxt = nxt
+        return start - budget
 
     def _wr_at(self, psn: int) -> _Wr:
         """The work request holding `psn`, scanning on from the last one used."""
@@ -160,12 +163,16 @@ class Requester:
         return Segment(Opcode.READ_REQUEST, self.cfg.remote_qpn, psn, False,
                        wr.va + index * mtu, wr.rkey, length), end - index
 
-    def _data_packets(self, wr: _Wr, psn: int, limit: int, out: list[Segment]) -> int:
+    def _data_packets(self, wr: _Wr, psn: int, limit: int, out: list[Segment | Run],
+                      runs: bool = False) -> int:
         """Append up to `limit` WRITE/SEND packets of `wr` from `psn` on; return how many.
 
-        The hot loop of the sender: MIDDLE packets are built inline; AckReq
-        goes on the last packet of the message and on the one filling the window.
+        The hot loop of the sender: MIDDLE packets are built inline (or as one
+        Run); AckReq goes on the last packet of the message and on the one
+        filling the window.
         """
+        if runs and limit > 3:
+            return self._data_runs(wr, psn, limit, out)
         mtu, npkts, first, local = self.cfg.mtu, wr.npkts, wr.first, wr.local
         rqpn, ops, last = self.cfg.remote_qpn, wr.opcodes, npkts - 1
         fill = (self.una + self.cfg.window - 1) & PSN_MASK
@@ -185,6 +192,24 @@ class Requester:
                 opcode, rqpn, p, pos == ONLY or pos == LAST or p == fill,
                 wr.va if reth else 0, wr.rkey if reth else 0, len(local) if reth else 0,
                 0, 0, local[i * mtu:i * mtu + mtu], False, 0, 0)))
+        return stop - index
+
+    def _data_runs(self, wr: _Wr, psn: int, limit: int, out: list[Segment | Run]) -> int:
+        """As `_data_packets`, with the MIDDLE packets in one `Run`: the FIRST and
+        LAST packets stay Segments (they carry a RETH or AckReq of their own)."""
+        mtu, last = self.cfg.mtu, wr.npkts - 1
+        index = (psn - wr.first) & PSN_MASK
+        stop = min(wr.npkts, index + limit)
+        lo, hi = max(index, 1), min(stop, last)
+        if hi - lo < 2:
+            return self._data_packets(wr, psn, limit, out)
+        if index == 0:
+            self._data_packets(wr, psn, 1, out)
+        out.append(Run(wr.opcodes[MIDDLE], self.cfg.remote_qpn, (wr.first + lo) & PSN_MASK,
+                       hi - lo, (self.una + self.cfg.window - 1) & PSN_MASK, mtu,
+                       wr.local[lo * mtu:hi * mtu]))
+        if stop > last:
+            self._data_packets(wr, (wr.first + last) & PSN_MASK, 1, out)
         return stop - index
 
     # -- receive -----------------------------------------------------------
@@ -231,6 +256,22 @@ class Requester:
         self.counters.rx_packets += 1
         self.counters.rx_bytes += n
         self._advance((psn + 1) & PSN_MASK, now)
+
+    def burst_target(self, src_ip: int) -> list[int | memoryview] | None:
+        """Where the compiled receiver may place in-order READ RESPONSE MIDDLE
+        payloads itself (`_wire.Receiver.recv`'s target list), or None."""
+        wr = self._wrs[0] if self._wrs else None
+        if wr is None or wr.kind is not _READ or not wr.holds(self.una):
+            return None
+        offset = ((self.una - wr.first) & PSN_MASK) * self.cfg.mtu
+        return [_READ_MIDDLE, src_ip, self.una, wr.local, offset, self.cfg.mtu, 1, 0, 0]
+
+    def burst_placed(self, target: list, now: float) -> None:
+        """Book what the compiled receiver placed: as many `on_read_response`s."""
+        if target[7]:
+            self.counters.rx_packets += target[7]
+            self.counters.rx_bytes += target[8]
+            self._advance(target[2], now)
 
     def _on_rnr(self, seg: Segment, now: float) -> None:
         """The responder had no receive for the request at `seg.psn`: what is

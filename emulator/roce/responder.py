@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from emulator.roce.fastpath import Segment
+from emulator.roce.fastpath import Run, Segment
 from emulator.roce.headers import Opcode, Syndrome
 from emulator.roce.memory import Access, MemoryTable
 from emulator.roce.psn import PSN_MASK, psn_add, psn_diff
@@ -115,6 +115,28 @@ class Responder:
             if not self._nak_sent:
                 self._nak_sent = True
                 self._queue_nak(Syndrome.NAK_PSN_SEQUENCE_ERROR, self.epsn)
+
+    def burst_target(self, src_ip: int) -> list[int | memoryview | bytearray] | None:
+        """Where the compiled receiver may place in-order WRITE MIDDLE payloads
+        itself (`_wire.Receiver.recv`'s target list), or None: no WRITE is open."""
+        msg = self._msg
+        if msg is None or msg.kind is not _WRITE:
+            return None
+        return [_WRITE_MIDDLE, src_ip, self.epsn, msg.dest, msg.done, self.cfg.mtu, 1, 0, 0]
+
+    def burst_placed(self, target: list) -> None:
+        """Book what the compiled receiver placed: as many `_place_middle`s, with
+        their ACK (every `ack_every` packets) coalesced into one."""
+        n = target[7]
+        if not n or self._msg is None:
+            return
+        self.epsn, self._msg.done = target[2], target[4]
+        self._nak_sent = self._dup_acked = False
+        self.counters.rx_packets += n
+        self.counters.rx_bytes += target[8]
+        self._unacked += n
+        if self._unacked >= self.cfg.ack_every:
+            self._queue_ack()
 
     def _accept(self, seg: Segment) -> None:
         kind = _STARTS.get(seg.opcode) if self._msg is None else _CONTINUES.get(seg.opcode)
@@ -265,28 +287,44 @@ class Responder:
         self._out.append(Segment(Opcode.ACK, self.cfg.remote_qpn, psn,
                                  syndrome=syndrome, msn=self.msn))
 
-    def poll(self, budget: int, out: list[Segment]) -> int:
-        """Append up to `budget` ACK/NAK/READ RESPONSE packets; return how many."""
-        start = len(out)
-        while self._out and len(out) - start < budget:
+    def poll(self, budget: int, out: list[Segment | Run], runs: bool = False) -> int:
+        """Append up to `budget` ACK/NAK/READ RESPONSE packets; return how many.
+        `runs`: full-MTU MIDDLE responses as one `Run` each (the compiled path's burst)."""
+        left = budget
+        while self._out and left > 0:
             item = self._out[0]
             if isinstance(item, Segment):
                 self._out.popleft()
                 out.append(item)
+                left -= 1
                 if item.syndrome == Syndrome.ACK:
                     self.counters.acks_tx += 1
                 else:
                     self.counters.naks_tx += 1
-            elif self._respond(item, budget - (len(out) - start), out):
+                continue
+            sent = item.sent
+            if self._respond(item, left, out, runs):
                 self._out.popleft()
-        return len(out) - start
+            left -= item.sent - sent
+        return budget - left
 
-    def _respond(self, job: _ReadJob, budget: int, out: list[Segment]) -> bool:
+    def _respond(self, job: _ReadJob, budget: int, out: list[Segment | Run],
+                 runs: bool = False) -> bool:
         """Emit up to `budget` responses of `job`; True when it is finished."""
         mtu, ops, qpn, msn = self.cfg.mtu, _READ_OPS, self.cfg.remote_qpn, job.msn
         src, first, npkts, last = job.src, job.first, job.npkts, job.npkts - 1
         start = job.sent
         stop = min(npkts, start + budget)
+        lo, hi = max(start, 1), min(stop, last)
+        if runs and hi - lo > 2:  # the MIDDLE responses as one Run, the rest one by one
+            if start == 0:
+                self._respond(job, 1, out)
+            out.append(Run(ops[MIDDLE], qpn, (first + lo) & PSN_MASK, hi - lo, -1, mtu,
+                           src[lo * mtu:hi * mtu]))
+            job.sent = hi
+            if stop > hi:
+                self._respond(job, stop - hi, out)
+            return job.sent >= npkts
         append = out.append
         for i in range(start, stop):
             payload = src[i * mtu:i * mtu + mtu]

@@ -15,156 +15,38 @@ Every received datagram is parsed and ICRC-checked here; malformed or
 corrupted ones are counted and dropped, never handed to a queue pair.
 
 Sending has two forms: `send` for one ready datagram, and the batch the
-endpoint uses on its hot path -- `queue` builds each datagram straight into
-a preallocated slot and `flush` hands them all to the kernel with one
-sendmmsg(2) (through ctypes: the socket module has no sendmmsg). That saves
-the per-datagram system call and socket-call overhead, a quarter of the
-cost of sending on a veth.
+endpoint uses on its hot path -- `queue` builds a QP's datagrams straight
+into preallocated slots and `flush` hands them all to the kernel with one
+sendmmsg(2). Receiving likewise: `recv_burst` takes up to a turn's worth of
+datagrams with one recvmmsg(2). Both run in the compiled `_wire` module
+(wire.py); without it, `SendBatch` (sendmmsg through ctypes) and one
+recv(2) per datagram are the pure-Python reference and fallback.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import os
 import random
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import overload
 
 from emulator.errors import EngineError
-from emulator.roce import sockfilter
+from emulator.roce import sockfilter, wire
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.fastpath import FrameBuilder, Segment, parse
-from emulator.roce.headers import ROCE_UDP_PORT
+from emulator.roce.headers import ROCE_UDP_PORT, Opcode
 from emulator.roce.icrc import check_in_place
+from emulator.roce.sendbatch import BATCH, SLOT_SIZE, SendBatch
 
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 _BUFFER = 8 << 20  # socket buffers: a full window of 4 KiB packets, many times over
 _TRANSIENT = (errno.EAGAIN, errno.ENOBUFS)
-BATCH = 64  # datagrams per sendmmsg(2)
-SLOT_SIZE = 4160  # bytes per send slot: the largest datagram FrameBuilder makes, rounded up
-
-
-class _Iovec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
-class _MsgHdr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
-                ("iov", ctypes.POINTER(_Iovec)), ("iovlen", ctypes.c_size_t),
-                ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
-                ("flags", ctypes.c_int)]
-
-
-class _MMsgHdr(ctypes.Structure):
-    _fields_ = [("hdr", _MsgHdr), ("len", ctypes.c_uint)]
-
-
-class _SockaddrIn(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_ushort), ("port", ctypes.c_uint16),
-                ("addr", ctypes.c_uint8 * 4), ("zero", ctypes.c_uint8 * 8)]
-
-
-_sendmmsg = ctypes.CDLL(None, use_errno=True).sendmmsg  # Linux, glibc >= 2.14 or musl
-_sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
-_sendmmsg.restype = ctypes.c_int
-
-
-class SendBatch:
-    """Up to `capacity` datagrams for one sendmmsg(2), built in place.
-
-    Each slot of one preallocated buffer has its iovec and message header
-    set up once; adding a datagram only builds it into the slot and sets
-    two numbers (its length and its destination's sockaddr), through flat
-    memoryviews of the ctypes arrays.
-    """
-
-    def __init__(self, capacity: int = BATCH):
-        self.capacity, self.count, self._bytes = capacity, 0, 0
-        self._buf = (ctypes.c_char * (capacity * SLOT_SIZE))()
-        whole = memoryview(self._buf).cast("B")
-        self._slots = [whole[i * SLOT_SIZE:(i + 1) * SLOT_SIZE] for i in range(capacity)]
-        self._iov = (_Iovec * capacity)()
-        self._msgs = (_MMsgHdr * capacity)()
-        for i in range(capacity):
-            self._iov[i].base = ctypes.addressof(self._buf) + i * SLOT_SIZE
-            self._msgs[i].hdr.iov = ctypes.pointer(self._iov[i])
-            self._msgs[i].hdr.iovlen = 1
-            self._msgs[i].hdr.namelen = ctypes.sizeof(_SockaddrIn)
-        # Strided views of the two fields set per datagram, indexed by slot:
-        # iov_len (the second word of each iovec) and msg_name (the first of each header).
-        # (typeshed's memoryview.cast lists no "N", size_t's format)
-        self._iov_len = memoryview(self._iov).cast("B").cast("N")[  # type: ignore[call-overload]
-            _Iovec.len.offset // ctypes.sizeof(ctypes.c_size_t)::
-            ctypes.sizeof(_Iovec) // ctypes.sizeof(ctypes.c_size_t)]
-        self._msg_name = memoryview(self._msgs).cast("B").cast("P")[
-            ::ctypes.sizeof(_MMsgHdr) // ctypes.sizeof(ctypes.c_void_p)]
-        self._addresses: dict[tuple[str, int], _SockaddrIn] = {}
-
-    def address(self, ip: str, port: int = 0) -> int:
-        """A destination handle for `add`: its sockaddr_in, kept alive here."""
-        sa = self._addresses.get((ip, port))
-        if sa is None:
-            sa = _SockaddrIn(socket.AF_INET, socket.htons(port),
-                             (ctypes.c_uint8 * 4)(*socket.inet_aton(ip)))
-            self._addresses[(ip, port)] = sa
-        return ctypes.addressof(sa)
-
-    def add(self, builder: FrameBuilder, seg: Segment, ip_id: int, tos: int,
-            address: int) -> bool:
-        """Build `seg` into the next slot, for `address`; True if now full."""
-        i = self.count
-        self._iov_len[i] = n = builder.build_into(seg, ip_id, tos, self._slots[i])
-        self._msg_name[i] = address
-        self.count = i = i + 1
-        self._bytes += n
-        return i == self.capacity
-
-    def datagram(self, i: int) -> memoryview:
-        """The i-th queued datagram (for tests and tools)."""
-        return self._slots[i][:self._iov_len[i]]
-
-    def send(self, fd: int) -> tuple[int, int, int]:
-        """Send the batch: (datagrams sent, refused, bytes sent).
-
-        When the kernel refuses a datagram with EAGAIN/ENOBUFS (socket
-        buffer or qdisc full: the port is paused or busy), it and the ones
-        after it stay in the batch, in order, for the next call -- a NIC
-        whose port is paused holds its packets, it does not drop them. Any
-        other error raises OSError."""
-        count = self.count
-        sent = 0
-        base, size = ctypes.addressof(self._msgs), ctypes.sizeof(_MMsgHdr)
-        while sent < count:
-            k = _sendmmsg(fd, base + sent * size, count - sent, 0)
-            if k > 0:
-                sent += k
-                continue
-            err = ctypes.get_errno()
-            if err not in _TRANSIENT:
-                self.count = self._bytes = 0
-                raise OSError(err, os.strerror(err))
-            break
-        queued = self._bytes
-        self._keep_from(sent)
-        return sent, count - sent, queued - self._bytes
-
-    def _keep_from(self, first: int) -> None:
-        """Drop the datagrams before `first`; move the rest to the front."""
-        left = self.count - first
-        for j in range(left):
-            i = first + j
-            n = self._iov_len[i]
-            self._slots[j][:n] = self._slots[i][:n]
-            self._iov_len[j], self._msg_name[j] = n, self._msg_name[i]
-        self.count = left
-        self._bytes = sum(self._iov_len[j] for j in range(left))
-
-    @property
-    def room(self) -> int:
-        return self.capacity - self.count
+_CNP = int(Opcode.CNP)
+RX_SLOT = 8192  # bytes per receive slot (compiled path): a longer datagram is malformed here
+RX_BURST = 64  # datagrams per recvmmsg(2) at most
 
 
 @dataclass
@@ -201,7 +83,12 @@ class Transport:
         self._ip_id = random.randrange(1, 0x10000) if ip_id is None else ip_id & 0xFFFF
         self._rx = bytearray(65536)
         self._rxv = memoryview(self._rx)
+        self._wire = wire.compiled()
         self._batch = SendBatch()
+        self._sender = self._wire.Sender(BATCH, SLOT_SIZE) if self._wire else None
+        self._receiver = self._wire.Receiver(RX_BURST, RX_SLOT) if self._wire else None
+        ring = [bytearray(RX_SLOT) for _ in range(0 if self._wire else RX_BURST)]
+        self._rx_ring = [(rx, memoryview(rx)) for rx in ring]
         self._raw: socket.socket | None = None
         self._guard: socket.socket | None = None
         self._rail_guards: list[socket.socket] = []
@@ -228,7 +115,7 @@ class Transport:
     def send(self, datagram: memoryview | bytes, dst_ip: str) -> bool:
         """Send one complete IPv4 datagram; False (and counted) if the kernel
         had no room for it, which the RC layer recovers from like a loss."""
-        if self._batch.count:
+        if self.blocked:
             self.flush()  # keep the order datagrams were handed over in
         assert self._raw is not None, "transport closed"
         try:
@@ -247,8 +134,11 @@ class Transport:
 
         The payload is a view into a buffer the next call overwrites.
         """
+        return self._recv_into(self._rx, self._rxv)
+
+    def _recv_into(self, rx: bytearray, rxv: memoryview) -> Segment | None:
         assert self._raw is not None, "transport closed"
-        recv_into, rx, rxv, counters = self._raw.recv_into, self._rx, self._rxv, self.counters
+        recv_into, counters = self._raw.recv_into, self.counters
         while True:
             try:
                 n = recv_into(rx, 0, socket.MSG_DONTWAIT)
@@ -267,30 +157,88 @@ class Transport:
             if self.on_bad_icrc is not None:
                 self.on_bad_icrc(seg)
 
+    @overload
+    def recv_burst(self, limit: int) -> list[Segment]: ...
+    @overload
+    def recv_burst(self, limit: int, targets: dict[int, list[list]]) -> tuple[list[Segment], int]: ...
+
+    def recv_burst(self, limit: int, targets: dict[int, list[list]] | None = None
+                   ) -> list[Segment] | tuple[list[Segment], int]:
+        """Up to `limit` good segments queued now (one recvmmsg(2) on the compiled path);
+        their payloads are views of a buffer the next call overwrites. With `targets`
+        (compiled path only: QueuePair.burst_targets by QPN), in-order MIDDLE payloads
+        are placed instead of returned: (segments, datagrams placed)."""
+        if self._receiver is None:  # one recv(2) each, into a slot of its own
+            out: list[Segment] = []
+            for rx, rxv in self._rx_ring[:limit]:
+                if (seg := self._recv_into(rx, rxv)) is None:
+                    break
+                out.append(seg)
+            return out if targets is None else (out, 0)
+        assert self._raw is not None, "transport closed"
+        good, bad, count, nbytes, malformed = self._receiver.recv(self._raw, limit, targets)
+        counters = self.counters
+        counters.rx_datagrams += count
+        counters.rx_bytes += nbytes
+        counters.malformed += malformed
+        for seg in bad:
+            counters.bad_icrc += 1
+            if self.on_bad_icrc is not None:
+                self.on_bad_icrc(seg)
+        if targets is None:
+            return good
+        return good, count - malformed - len(bad) - len(good)
+
     # -- the batched send path ----------------------------------------------
 
-    def address(self, dst_ip: str) -> int:
-        """A handle on `dst_ip` for `queue` (made once per peer)."""
-        return self._batch.address(dst_ip)
+    def flow(self, builder: FrameBuilder, dst_ip: str) -> object:
+        """A handle on (builder, `dst_ip`) for `queue`, made once per QP;
+        `builder.max_datagram` must be at most SLOT_SIZE."""
+        if self._wire is None:
+            return (builder, self._batch.address(dst_ip))
+        src, dst, sport, ttl, pkey = builder.fields()
+        return self._wire.Flow(src, dst, sport, ttl, pkey)
 
-    def queue(self, builder: FrameBuilder, seg: Segment, tos: int, address: int) -> None:
-        """Build `seg` (with the next IP ident) into the send batch; it leaves
-        on `flush`, or at once when the batch is full. `address` is from
-        `address()`; `builder.max_datagram` must be at most SLOT_SIZE."""
-        self._ip_id = ip_id = (self._ip_id + 1) & 0xFFFF or 1  # as next_ip_id()
-        if self._batch.add(builder, seg, ip_id, tos, address):
+    @property
+    def runs(self) -> bool:
+        """`queue` takes `fastpath.Run`s too (the compiled path: QueuePair.poll(runs=True))."""
+        return self._sender is not None
+
+    def queue(self, flow: object, segs: list[Segment], tos: int, cnp_tos: int) -> None:
+        """Build `segs` (each with the next IP ident; CNPs with `cnp_tos`) into the
+        send batch; they leave on `flush`, or whenever the batch is full."""
+        if self._sender is None:
+            self._queue_python(flow, segs, tos, cnp_tos)
+            return
+        done, sub, total, add = 0, 0, len(segs), self._sender.add
+        while True:
+            done, sub, self._ip_id = add(flow, segs, done, sub, tos, cnp_tos, self._ip_id)
+            if self._sender.room:
+                return
             self.flush()
+            if done < total and not self._sender.room:
+                raise EngineError("RoCEv2 send batch full: the kernel refuses every datagram")
+
+    def _queue_python(self, flow: object, segs: list[Segment], tos: int, cnp_tos: int) -> None:
+        builder: FrameBuilder
+        address: int
+        builder, address = flow  # type: ignore[misc]  # what flow() made without _wire
+        for seg in segs:
+            self._ip_id = ip_id = (self._ip_id + 1) & 0xFFFF or 1  # as next_ip_id()
+            if self._batch.add(builder, seg, ip_id, cnp_tos if seg[0] == _CNP else tos, address):
+                self.flush()
 
     def flush(self) -> int:
         """Send every queued datagram; return how many the kernel took.
 
         What the kernel has no room for stays queued (see `SendBatch.send`)
         and `blocked` is true until a later flush gets it out."""
-        if not self._batch.count:
+        batch = self._sender if self._sender is not None else self._batch
+        if not batch.count:
             return 0
         assert self._raw is not None, "transport closed"
         try:
-            sent, refused, nbytes = self._batch.send(self._raw.fileno())
+            sent, refused, nbytes = batch.send(self._raw.fileno())
         except OSError as e:
             raise EngineError(f"sending RoCEv2 datagrams: {e.strerror}") from e
         self.counters.tx_datagrams += sent
@@ -301,11 +249,11 @@ class Transport:
     @property
     def blocked(self) -> bool:
         """Datagrams the kernel refused are waiting: hold new ones back."""
-        return self._batch.count > 0
+        return (self._sender if self._sender is not None else self._batch).count > 0
 
     def room(self) -> int:
         """Datagrams `queue` can take before it must flush."""
-        return self._batch.room
+        return (self._sender if self._sender is not None else self._batch).room
 
     def close(self) -> None:
         for sock in (self._raw, self._guard, *self._rail_guards):

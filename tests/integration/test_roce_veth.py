@@ -63,6 +63,18 @@ def veth() -> Iterator[None]:
             ip("netns", "del", ns)
 
 
+@pytest.fixture(params=["compiled", "python"], autouse=True)
+def data_path(request, monkeypatch) -> str:
+    """Every test runs on both data paths: the compiled `_wire` and the pure-Python
+    reference (the forked sides inherit the environment)."""
+    from emulator.roce import wire
+
+    if request.param == "compiled" and wire.compiled() is None:
+        pytest.skip("emulator.roce._wire is not built")
+    monkeypatch.setenv(wire.PURE_ENV, "1" if request.param == "python" else "0")
+    return request.param
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_leftover_namespaces() -> Iterator[None]:
     yield

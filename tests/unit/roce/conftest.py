@@ -32,3 +32,17 @@ def pingpong() -> list[bytes]:
 @pytest.fixture(scope="session")
 def all_frames(write3k: list[bytes], pingpong: list[bytes]) -> list[bytes]:
     return write3k + pingpong
+
+
+@pytest.fixture(params=["python", "compiled"])
+def data_path(request, monkeypatch) -> str:
+    """Run a simulated-wire test on both data paths (roce_sim.DATA_PATH): the compiled
+    one builds with QueuePair.poll(runs=True) and _wire.Sender."""
+    import roce_sim
+
+    from emulator.roce import wire
+
+    if request.param == "compiled" and wire.compiled() is None:
+        pytest.skip("emulator.roce._wire is not built")
+    monkeypatch.setattr(roce_sim, "DATA_PATH", request.param)
+    return request.param

@@ -13,7 +13,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from emulator.roce.fastpath import FrameBuilder, Segment, parse
+from emulator.roce import wire
+from emulator.roce.fastpath import FrameBuilder, Segment, expand, parse
 from emulator.roce.icrc import check_icrc
 from emulator.roce.memory import MemoryTable
 from emulator.roce.rc import QueuePair
@@ -83,6 +84,31 @@ def make_pair(rng: random.Random, *, mtu: int = 1024, psn_a: int = 0, psn_b: int
     return sides[0], sides[1]
 
 
+# The data path the simulation builds datagrams with: "python" (FrameBuilder, one
+# Segment per packet) or "compiled" (QueuePair.poll(runs=True) and _wire.Sender, the
+# engine's hot path). The RC tests run on both (their `data_path` fixture sets it).
+DATA_PATH = "python"
+
+
+def _datagrams(me: Side, now: float) -> tuple[list[Segment], list[bytes]]:
+    """What `me` sends now: its Segments and their datagrams, built on DATA_PATH."""
+    if DATA_PATH == "python":
+        segs = me.qp.poll(now, budget=32)
+        out = []
+        for seg in segs:
+            me.ip_id = (me.ip_id + 1) & 0xFFFF
+            out.append(bytes(me.builder.build(seg, me.ip_id)))
+        return segs, out
+    _wire = wire.compiled()
+    assert _wire is not None, "emulator.roce._wire is not built"
+    items = me.qp.poll(now, budget=32, runs=True)
+    sender = _wire.Sender(64, 4160)
+    src, dst, sport, ttl, pkey = me.builder.fields()
+    _, _, me.ip_id = sender.add(_wire.Flow(src, dst, sport, ttl, pkey), items, 0, 0, 0x02,
+                                0x02, me.ip_id)
+    return expand(items), [sender.datagram(i) for i in range(sender.count)]
+
+
 def run(a: Side, b: Side, until: Callable[[], bool], limit: float = 60.0) -> float:
     """Drive both sides until `until()` is true; return the simulated time used."""
     now = 0.0
@@ -91,11 +117,10 @@ def run(a: Side, b: Side, until: Callable[[], bool], limit: float = 60.0) -> flo
             raise AssertionError(f"simulation did not finish in {limit} s of simulated time")
         sent = 0
         for me, peer in ((a, b), (b, a)):
-            segs = me.qp.poll(now, budget=32)
+            segs, datagrams = _datagrams(me, now)
             sent += len(segs)
-            for seg in segs:
-                me.ip_id = (me.ip_id + 1) & 0xFFFF
-                me.out.send(now, seg, bytes(me.builder.build(seg, me.ip_id)))
+            for seg, datagram in zip(segs, datagrams):
+                me.out.send(now, seg, datagram)
             for datagram in me.out.arrivals(now):
                 assert check_icrc(datagram)
                 peer.qp.receive(parse(memoryview(datagram)), now)

@@ -201,11 +201,11 @@ class FakeTransport:
     def wake(self) -> None:
         self._wake_tx.send(b"!")
 
-    def address(self, ip: str) -> int:
-        return 0
+    def flow(self, builder: FrameBuilder, ip: str) -> object:
+        return None
 
-    def queue(self, builder: FrameBuilder, seg: Segment, tos: int, address: int) -> None:
-        self.sent.append(seg)
+    def queue(self, flow: object, segs: list[Segment], tos: int, cnp_tos: int) -> None:
+        self.sent.extend(segs)
 
     def flush(self) -> int:
         self.flushes += 1
@@ -220,8 +220,8 @@ class FakeTransport:
     def room(self) -> int:
         return 0 if self.paused else 64
 
-    def recv(self) -> Segment | None:
-        return self.inbox.popleft() if self.inbox else None
+    def recv_burst(self, limit: int) -> list[Segment]:
+        return [self.inbox.popleft() for _ in range(min(limit, len(self.inbox)))]
 
     def close(self) -> None:
         self._wake.close()
@@ -315,7 +315,7 @@ def test_segments_from_the_wrong_peer_or_qp_are_counted_not_delivered(
 
 def test_send_batch_keeps_what_the_kernel_refuses(monkeypatch) -> None:
     """A paused port (qdisc full: ENOBUFS) must hold datagrams, in order, not lose them."""
-    from emulator.roce import transport
+    from emulator.roce import sendbatch
 
     accept = [1]  # datagrams the fake kernel takes on its next call, then it refuses
 
@@ -325,7 +325,7 @@ def test_send_batch_keeps_what_the_kernel_refuses(monkeypatch) -> None:
             return -1
         return min(n, accept.pop())
 
-    monkeypatch.setattr(transport, "_sendmmsg", fake_sendmmsg)
+    monkeypatch.setattr(sendbatch, "_sendmmsg", fake_sendmmsg)
     batch = SendBatch(capacity=4)
     to = batch.address("127.0.0.1", 4791)
     builder = FrameBuilder(A, B, 0xC000, max_payload=4096)
@@ -341,3 +341,33 @@ def test_send_batch_keeps_what_the_kernel_refuses(monkeypatch) -> None:
     accept.append(8)
     assert batch.send(0) == (3, 0, sum(map(len, want[1:])))
     assert batch.count == 0
+
+
+# -- runs: the burst form of the same packets ---------------------------------------------
+
+@FAST
+@given(st.lists(st.integers(1, 40 * 256), min_size=1, max_size=4), st.integers(2, 64),
+       st.integers(1, 70), st.integers(0, (1 << 24) - 1), st.booleans())
+def test_poll_with_runs_stands_for_the_same_segments(sizes: list[int], window: int, budget: int,
+                                                      psn: int, read: bool) -> None:
+    """QueuePair.poll(runs=True), expanded, is poll() exactly: the same packets, PSNs
+    (wrapping), AckReq, RETH, READ responses, and the same counters after."""
+    from emulator.roce.fastpath import Run, expand
+
+    got = []
+    for runs in (False, True):
+        memory = MemoryTable()
+        mr = memory.register(bytearray(range(256)) * 200)
+        cfg = QpConfig(qpn=1, remote_qpn=2, mtu=256, window=window, send_psn=psn, recv_psn=psn)
+        qp = QueuePair(cfg, memory)
+        for i, n in enumerate(sizes):
+            if read:  # the peer asks: this side sends READ responses
+                qp.receive(Segment(Opcode.READ_REQUEST, 1, (psn + 64 * i) & 0xFFFFFF, False,
+                                   mr.va, mr.rkey, n), 0.0)
+            else:
+                qp.post_write(i, bytes(range(256)) * (n // 256 + 1), 0x1000, 7)
+        polls = [qp.poll(0.0, budget, runs) for _ in range(3)]
+        assert all(sum(x.packets if type(x) is Run else 1 for x in p) <= budget for p in polls)
+        got.append(([[(*s[:9], bytes(s.payload), *s[10:]) for s in expand(p)] for p in polls],
+                    qp.counters.as_dict()))
+    assert got[0] == got[1]

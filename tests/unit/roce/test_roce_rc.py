@@ -19,6 +19,9 @@ from emulator.roce.rc import QueuePair
 from emulator.roce.requester import MAX_QUEUED_PSNS
 from emulator.roce.verbs import QpConfig, QpState, WcStatus, WrKind
 
+# every test on both data paths: the Python codec, and runs through the compiled one
+pytestmark = pytest.mark.usefixtures("data_path")
+
 
 def sha(data: bytes | bytearray) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from roce_sim import make_pair, run
 
 from emulator.roce.fastpath import Segment
 from emulator.roce.headers import Opcode
 from emulator.roce.verbs import RNR_TIMER_S, WcStatus, WrKind
+
+# every test on both data paths: the Python codec, and runs through the compiled one
+pytestmark = pytest.mark.usefixtures("data_path")
 
 READ_ENDS = (Opcode.READ_RESPONSE_ONLY, Opcode.READ_RESPONSE_LAST)
 
