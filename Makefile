@@ -12,14 +12,16 @@ setup: $(STAMP)
 	@scripts/setup-system.sh
 	@$(PY) -m emulator.rxe.guest fetch  # rxe hosts' guest kernel (Debian's, with rdma_rxe) into .cache/
 
-$(STAMP): pyproject.toml
+WIRE  := setup.py emulator/roce/_wire.c $(wildcard emulator/roce/_wire_*.h)  # the compiled data path
+
+$(STAMP): pyproject.toml $(WIRE)
 	@scripts/setup-system.sh
 	@$(MAKE) --no-print-directory venv
 	@touch $@
 
 venv: $(VSTAMP)  ## the virtualenv alone (no root, no apt): all the unit tests need
 
-$(VSTAMP): pyproject.toml
+$(VSTAMP): pyproject.toml $(WIRE)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
 	@$(PY) -m pip install -q -e '.[test]'
