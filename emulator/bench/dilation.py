@@ -22,10 +22,14 @@ def run(repeats: int = 1, log=lambda m: print(m, file=sys.stderr)) -> dict[str, 
     rates = headroom.check_rates(
         os.environ.get("ROCELAB_BENCH_RATES", ",".join(headroom.LADDER)).split(","),
         "ROCELAB_BENCH_RATES")
-    found = headroom.search(rates, lambda r: ladder.measure(r, NAME), lambda m: log(f"dilation: {m}"),
-                            stop_at_break=False)
+    load: dict[str, float] = {}
+
+    def measure(rate: str) -> headroom.Figures:
+        load[rate] = round(os.getloadavg()[0], 2)  # as each rate starts: the machine is shared
+        return ladder.measure(rate, NAME)
+    found = headroom.search(rates, measure, lambda m: log(f"dilation: {m}"), stop_at_break=False)
     out = found.to_json()
     out["holds_up_to"] = out.pop("holds_rate")
-    out["baseline"] = rates and out["rates"][0]["rate"]
-    out["load_average_1m"] = round(os.getloadavg()[0], 2)
+    out["baseline"] = out["rates"][0]["rate"]
+    out["load_average_1m"] = load | {"end": round(os.getloadavg()[0], 2)}
     return out

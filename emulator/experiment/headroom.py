@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import RocelabError
 from ..units import parse_size, parse_speed
 from .spec import Experiment
 
@@ -46,6 +47,11 @@ class Figures:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"real_per_wall": round(self.real_per_wall, 6)}
+
+
+def not_run(rate: str) -> Figures:
+    """A rate whose run failed (its lab could not come up, ...): no figures."""
+    return Figures(rate, parse_speed(rate, "rate"), 0.0, None, None, None, None, None, 0, None)
 
 
 def figures(rate: str, results: Mapping[str, Any]) -> Figures:
@@ -145,13 +151,21 @@ Measure = Callable[[str], Figures]
 def search(rates: Sequence[str], measure: Measure, progress: Callable[[str], None] = lambda m: None,
            stop_at_break: bool = True) -> Ladder:
     """Run `measure` at each rate, lowest first; the lowest is the baseline of the rest.
-    `stop_at_break`: stop after the first rate that does not hold (calibrate); the bench
-    runs them all to show where and how fidelity goes."""
+    `stop_at_break`: stop after the first rate that does not hold, and let a rate that
+    cannot run raise (calibrate); else run them all, a rate that cannot run recorded as
+    not holding (the bench: where and how fidelity goes)."""
     rungs: list[Rung] = []
     ordered = sorted(rates, key=lambda r: parse_speed(r, "rate"))
     for i, rate in enumerate(ordered):
         progress(f"rate {rate} ({i + 1}/{len(ordered)}): running the incast")
-        fig = measure(rate)
+        try:
+            fig = measure(rate)
+        except RocelabError as e:  # the bench records it and goes on; calibrate fails with it
+            if stop_at_break:
+                raise
+            rungs.append(Rung(not_run(rate), [f"not run: {e}"]))
+            progress(f"rate {rate}: not run: {e}")
+            continue
         rung = Rung(fig, problems(fig, rungs[0].figures if rungs else None))
         rungs.append(rung)
         progress(f"rate {rate}: D = {fig.dilation:g}, " + (
@@ -163,7 +177,6 @@ def search(rates: Sequence[str], measure: Measure, progress: Callable[[str], Non
 
 def check_rates(rates: Sequence[str], option: str = "--rates") -> list[str]:
     """Each rate parses (a SpeedError naming `option` if not); at least one; no repeats."""
-    from ..errors import RocelabError
     cleaned = [r.strip() for r in rates if r.strip()]
     if not cleaned:
         raise RocelabError(f"{option}: give at least one rate, e.g. 100M,200M,400M")

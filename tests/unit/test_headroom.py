@@ -152,3 +152,16 @@ def test_a_damaged_record_counts_as_none(tmp_path, monkeypatch, text):
     monkeypatch.setenv("ROCELAB_CALIBRATION", str(tmp_path / "cal.json"))
     (tmp_path / "cal.json").write_text(text)
     assert calibration.load() is None
+
+
+def test_the_bench_records_a_rate_that_could_not_run_and_calibrate_stops_on_it():
+    def measure(rate):
+        if rate == "200M":
+            raise RocelabError("lab x needs 2306 neighbour entries")
+        return fig(rate)
+    found = headroom.search(["100M", "200M", "400M"], measure, stop_at_break=False)
+    assert [r.holds for r in found.rungs] == [True, False, True]
+    assert found.rungs[1].problems == ["not run: lab x needs 2306 neighbour entries"]
+    assert found.to_json()["holds_rate"] == "100M"
+    with pytest.raises(RocelabError):
+        headroom.search(["100M", "200M"], measure)
