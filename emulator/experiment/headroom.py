@@ -181,6 +181,11 @@ def check_rates(rates: Sequence[str], option: str = "--rates") -> list[str]:
     if not cleaned:
         raise RocelabError(f"{option}: give at least one rate, e.g. 100M,200M,400M")
     bps = [parse_speed(r, option) for r in cleaned]
+    low = [r for r, b in zip(cleaned, bps) if b < parse_speed(BASE_RATE, "rate")]
+    if low:  # DCQCN's timers dilate with D: below it the onset outlasts steady_after
+        raise RocelabError(f"{option}: {low[0]} is below {BASE_RATE}, the rate the incast's "
+                           f"flows and steady state are written for: give rates of {BASE_RATE} "
+                           "or more")
     if len(set(bps)) != len(bps):
         raise RocelabError(f"{option}: a rate is given twice ({', '.join(cleaned)})")
     return cleaned

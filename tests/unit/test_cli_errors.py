@@ -205,6 +205,7 @@ CASES = [
     cli(["calibrate", "--rates", "100M,fast"], USAGE),
     cli(["calibrate", "--rates", "100M,0M"], USAGE),
     cli(["calibrate", "--rates", ","], USAGE),
+    cli(["calibrate", "--rates", "20M,100M"], USAGE),  # below the incast's own rate
     cli(["calibrate", "--rates", "100M,100000K"], USAGE),  # the same rate twice
     cli(["calibrate", "--name", "Not_A_Name"], USAGE),
     cli(["check", "/nonexistent/experiment.yaml"], BAD_FILE),

@@ -89,6 +89,7 @@ def test_when_the_lowest_rate_breaks_nothing_holds():
 
 @pytest.mark.parametrize("rates, words", [(["100M", "fast"], ["--rates", "'fast'"]),
                                           (["0M"], ["--rates", "greater than zero"]),
+                                          (["100M", "20M"], ["--rates", "20M is below 100M"]),
                                           ([" ", ""], ["--rates", "at least one"]),
                                           (["100M", "100000K"], ["--rates", "twice"])])
 def test_bad_rates_are_one_line_naming_the_option(rates, words):
