@@ -28,6 +28,7 @@ def test_calibrate_runs_a_tiny_ladder_and_records_what_held(record):
     res = cli("calibrate", "--rates", "200M,100M", "--name", f"{PREFIX}cal", "--json", check=False,
               timeout=540)
     out = json.loads(res.stdout)
+    assert "error" not in out, res.stderr
     assert set(out) == {"holds_rate", "holds_bps", "dilation", "rates", "criteria", "recorded"}
     rates = out["rates"]
     assert [r["rate"] for r in rates] == ["100M", "200M"][:len(rates)]  # lowest first
