@@ -60,7 +60,7 @@ def _print(found: headroom.Ladder, recorded: str | None) -> None:
         f = r.figures
         err_console.print(
             f"{f.rate:>6}  D = {f.dilation:<6g} {'holds ' if r.holds else 'breaks'}  "
-            f"bottleneck {_pct(f.utilisation)}, Jain {f.jain}, queue p50/p90/max "
+            f"bottleneck {_pct(f.utilisation)}, Jain {_num(f.jain)}, queue p50/p90/max "
             f"{_kb(f.queue_p50)}/{_kb(f.queue_p90)}/{_kb(f.queue_max)} KB, {f.pauses} pauses, "
             f"{f.drops} drops" + (f" ({'; '.join(r.problems)})" if r.problems else ""),
             soft_wrap=True, markup=False)
@@ -77,6 +77,10 @@ def _print(found: headroom.Ladder, recorded: str | None) -> None:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _kb(v: float | None) -> str:

@@ -10,7 +10,6 @@ from pydantic import Field, field_validator
 from .boundary import Strict
 from .fields import Size, Speed
 
-
 # The fastest shaped rate `dilation: auto` picks by default: the highest at which the 4:1
 # incast kept its fidelity on the reference machine (2 vCPU, kernel 6.18, FRR 8.4.4) with
 # today's engine: `make bench` (python -m emulator.bench --only dilation) measures it, and
