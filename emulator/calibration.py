@@ -19,7 +19,7 @@ from typing import Any
 from . import rundirs
 from .paths import RUN_ROOT
 
-HINT = "run `rocelab calibrate` (about a minute) to find the rate this machine holds"
+HINT = "run `rocelab calibrate` (a minute or two) to find the rate this machine holds"
 
 
 def record_path() -> Path:

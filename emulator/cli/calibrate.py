@@ -8,7 +8,7 @@ import sys
 import click
 
 from .. import calibration, lab
-from ..errors import ExitCode
+from ..errors import ExitCode, RocelabError
 from ..experiment import headroom, ladder
 from .names import LAB
 from .progress import err_console, interrupt_on_sigterm, progress
@@ -18,7 +18,7 @@ def _rates(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     """--rates 100M,200M,400M: each a rate, checked before anything is built (exit 64)."""
     try:
         return headroom.check_rates(value.split(","))
-    except Exception as e:  # noqa: BLE001 - the rate grammar's one-line error, as a usage error
+    except RocelabError as e:  # the rate grammar's one-line error, as a usage error (64)
         raise click.BadParameter(str(e).removeprefix("--rates: "), ctx, param) from None
 
 
