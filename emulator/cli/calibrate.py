@@ -33,7 +33,7 @@ def command(rates: list[str], name: str, no_record: bool, as_json: bool) -> None
     """Find the highest max_link_rate at which this machine keeps the incast's fidelity.
 
     Runs experiments/incast.yaml at each rate, lowest first (flows scaled with the rate,
-    about 20 s each), and stops at the first that breaks. Records the answer in the run
+    25-50 s each with its lab), and stops at the first that breaks. Records the answer in the run
     root (calibration.json), where `up` reads it to warn about labs shaped faster.
     Exits 11 if not even the lowest rate holds.
 
