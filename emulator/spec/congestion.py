@@ -13,8 +13,9 @@ from .fields import Size, Speed
 # The fastest shaped rate `dilation: auto` picks by default: the highest at which the 4:1
 # incast kept its fidelity on the reference machine (2 vCPU, kernel 6.18, FRR 8.4.4) with
 # today's engine: `make bench` (python -m emulator.bench --only dilation) measures it, and
-# `rocelab calibrate` finds a machine's own. 100M until issue 26 (D = 4000 for 400G).
-DEFAULT_MAX_LINK_RATE = "400M"
+# `rocelab calibrate` finds a machine's own. 2026-11-27: 200M held, 400M did not (91.5 %
+# busy, 14 pauses) with other labs at a load average of ~5. 100M before issue 26.
+DEFAULT_MAX_LINK_RATE = "200M"
 
 
 class Ecn(Strict):
