@@ -92,7 +92,7 @@ def problems(fig: Figures, baseline: Figures | None = None, c: Criteria = HOLDS)
     if fig.utilisation is None or fig.utilisation < c.min_utilisation:
         out.append(f"bottleneck {_pct(fig.utilisation)} busy (< {c.min_utilisation:.0%})")
     if fig.jain is None or fig.jain < c.min_jain:
-        out.append(f"Jain {fig.jain} (< {c.min_jain})")
+        out.append(f"Jain {'none' if fig.jain is None else f'{fig.jain:.3f}'} (< {c.min_jain})")
     if fig.drops is None or fig.drops > 0:
         out.append(f"{fig.drops} lossless drops")
     if baseline is None or baseline is fig:
