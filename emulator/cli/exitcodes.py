@@ -34,6 +34,7 @@ CODES: dict[str, frozenset[E]] = {
     "kv": MOVES_DATA,
     "perftest": ON_LAB | {E.TRANSFER_FAILED},
     "run": MOVES_DATA | BUILDS | {E.EXPECTATION_FAILED},
+    "calibrate": ANY | BUILDS | {E.NOT_ROOT, E.EXPECTATION_FAILED},
     "check": ANY | {E.BAD_FILE},
     "fail": ON_LAB | {E.NOT_CONVERGED},
     "heal": ON_LAB | {E.NOT_CONVERGED},

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from .. import lab, state
+from .. import calibration, lab, state
 from ..errors import ExitCode
 from ..metrics import launch as metrics_launch
 from ..metrics.exporter import Listen
@@ -61,6 +61,7 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool, quie
                         raise_neigh_limit=raise_neigh_limit, templates=templates, metrics=metrics,
                         expose_metrics=expose_metrics)
     p, t = result.plan, result.timings
+    _calibration_advice(p)
     checks = validate_lab(p, state.lab_topology(p.lab)) if run_checks else None
     exporter = metrics_launch.exporter_info(p.lab) if metrics is not None else None
     if as_json:
@@ -75,6 +76,14 @@ def command(topology: str, name: str | None, timeout: float, as_json: bool, quie
                        "stopped by `rocelab down`)")
     if checks is not None and not all(c.ok for c in checks):
         sys.exit(ExitCode.VALIDATION_FAILED)
+
+
+def _calibration_advice(p: Plan) -> None:
+    """One line on stderr if the lab is shaped faster than this machine held (calibrate)."""
+    line = calibration.advice_for(p.lab, p.congestion.rate_bps if p.congestion else None,
+                                  p.dilation)
+    if line:
+        err_console.print(line, soft_wrap=True, markup=False, style="yellow")
 
 
 def _print(p: Plan, t: dict[str, float], checks: list[Check] | None) -> None:

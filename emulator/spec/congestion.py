@@ -10,6 +10,13 @@ from pydantic import Field, field_validator
 from .boundary import Strict
 from .fields import Size, Speed
 
+# The fastest shaped rate `dilation: auto` picks by default: the highest at which the 4:1
+# incast kept its fidelity on the reference machine (2 vCPU, kernel 6.18, FRR 8.4.4) with
+# today's engine: `make bench` (python -m emulator.bench --only dilation) measures it, and
+# `rocelab calibrate` finds a machine's own. 2026-11-27: 200M held, 400M did not (91.5 %
+# busy, 14 pauses) with other labs at a load average of ~5. 100M before issue 26.
+DEFAULT_MAX_LINK_RATE = "200M"
+
 
 class Ecn(Strict):
     enabled: bool = Field(True, description="RED-style CE marking on switch egress queues.")
@@ -53,7 +60,8 @@ class Congestion(Strict):
         "auto", description="Time dilation D (at least 1: a lab never runs faster than the "
         "fabric it emulates): links run at speed/D, DCQCN's timers x D (BGP, BFD and STP "
         "timers as given).")
-    max_link_rate: Speed = Field("100M", description="With dilation auto: pick D so speed/D <= this.")
+    max_link_rate: Speed = Field(DEFAULT_MAX_LINK_RATE,
+                                 description="With dilation auto: pick D so speed/D <= this.")
     buffer: Size = Field("4MB", description="Per-port buffer of each lossy class (bfifo limit).")
     roce_dscp: Annotated[int, Field(ge=0, le=63)] = Field(26, description="DSCP of RoCE data.")
     cnp_dscp: Annotated[int, Field(ge=0, le=63)] = Field(48, description="DSCP of CNPs.")

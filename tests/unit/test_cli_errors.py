@@ -201,6 +201,13 @@ CASES = [
     lab("run {list_yaml} --out {tmp}/o", BAD_FILE),
     cli(["run", EXPERIMENT], USAGE),
     cli(["run", EXPERIMENT, "--out", "/etc/hostname/out"], USAGE),  # before the lab, not after
+    # calibrate: every rate of the ladder is checked before root or the kernel
+    cli(["calibrate", "--rates", "100M,fast"], USAGE),
+    cli(["calibrate", "--rates", "100M,0M"], USAGE),
+    cli(["calibrate", "--rates", ","], USAGE),
+    cli(["calibrate", "--rates", "20M,100M"], USAGE),  # below the incast's own rate
+    cli(["calibrate", "--rates", "100M,100000K"], USAGE),  # the same rate twice
+    cli(["calibrate", "--name", "Not_A_Name"], USAGE),
     cli(["check", "/nonexistent/experiment.yaml"], BAD_FILE),
     cli(["check", TOPO], BAD_FILE),  # a topology is not an experiment
     # fail, heal
