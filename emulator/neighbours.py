@@ -137,8 +137,8 @@ def counted_in_use() -> dict[str, int]:
 def check(plan: Plan) -> None:
     """HostLimitError (exit 12) if the lab would overflow a neighbour table."""
     need, have, used = needed(plan), limits(), counted_in_use()
-    for fam in FAMILIES:
-        if used[fam] + need[fam] > have[fam]:
+    for fam in FAMILIES:  # a lab needing none adds nothing to a table others filled
+        if need[fam] and used[fam] + need[fam] > have[fam]:
             fits = fit(used[fam] + need[fam])
             raise HostLimitError(
                 f"lab {plan.lab} needs {need[fam]} {NAMES[fam]} neighbour entries and "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -121,3 +122,16 @@ def test_without_a_record_down_does_not_look_for_other_labs(host, monkeypatch):
     monkeypatch.setattr(state, "known_labs", asked)
     assert not neighbours.record_path().exists()
     assert neighbours.restore_if_idle() == []
+
+
+def test_a_lab_that_needs_no_entries_is_not_refused_for_a_table_others_filled(host, monkeypatch):
+    """A routed lab pins every neighbour it uses: it needed 0 entries and was refused
+    ("needs 0 IPv6 neighbour entries and 1562 are in use") because another lab's had
+    filled the table past the limit."""
+    monkeypatch.setattr(neighbours, "in_use", lambda: {"ipv4": 0, "ipv6": 1562})
+    monkeypatch.setattr(neighbours, "needed", lambda plan: {"ipv4": 0, "ipv6": 0})
+    plan = SimpleNamespace(lab="lab1")
+    neighbours.check(plan)  # type: ignore[arg-type]
+    monkeypatch.setattr(neighbours, "needed", lambda plan: {"ipv4": 0, "ipv6": 1})
+    with pytest.raises(HostLimitError, match="needs 1 IPv6 neighbour entries and 1562 are in use"):
+        neighbours.check(plan)  # type: ignore[arg-type]
