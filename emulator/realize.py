@@ -1,11 +1,12 @@
 """Realize a Plan in the kernel: namespaces, veths, addresses, sysctls.
 
-All netlink work goes through pyroute2. Namespaces are built in parallel
-(each worker thread enters its namespace; see netns.py); veths are created
-from the calling thread with *both* ends placed directly in their
+Namespaces are built in parallel (each worker thread enters its namespace;
+see netns.py); veths are created from the calling thread by raw rtnetlink
+requests, batched (rtnl_link.py), with *both* ends placed directly in their
 namespaces, so the root namespace never holds a lab device, not even
-briefly. Every namespace is tagged (lo's ifalias = rocelab:<lab>) before it
-becomes visible under /run/netns, so `down` can find it from kernel state.
+briefly. Addresses, routes and neighbours go through pyroute2. Every
+namespace is tagged (lo's ifalias = rocelab:<lab>) before it becomes
+visible under /run/netns, so `down` can find it from kernel state.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from collections.abc import Callable, Iterable
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import bridge, neighbours, netns
+from . import bridge, neighbours, netns, rtnl_link
 from .errors import RealizeError
 from .netns import parallel
 from .paths import NS_TAG_PREFIX
-from .plan import Node, Plan, Route
+from .plan import Link, Node, Plan, Route
 from .progress import Progress, steps
 from .spec import EcmpHash, FabricMode
 
@@ -139,24 +140,31 @@ def create_namespaces(plan: Plan, undo: contextlib.ExitStack, tick: Tick = _noth
 def create_links(plan: Plan, tick: Tick = _nothing) -> None:
     """Make every veth with both ends already inside their namespaces."""
     fds = {n.name: netns.open_fd(n.netns) for n in plan.nodes}
+    failed: list[tuple[int, int]] = []
+
+    def done(i: int, code: int) -> None:
+        if code:
+            failed.append((i, code))
+        tick()
+
     try:
-        with IPRoute() as ipr:
-            for link in plan.links:
-                a = plan.node(link.a).interface(link.a_ifname)
-                b = plan.node(link.b).interface(link.b_ifname)
-                try:
-                    ipr.link("add", ifname=link.a_ifname, kind="veth", net_ns_fd=fds[link.a],
-                             mtu=plan.port_mtu(a), state="up", address=a.mac,  # up: saves a round trip
-                             peer={"ifname": link.b_ifname, "net_ns_fd": fds[link.b],
-                                   "mtu": plan.port_mtu(b), "address": b.mac})
-                except NetlinkError as e:
-                    raise RealizeError(
-                        f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
-                        f"{os.strerror(e.code)}") from None
-                tick()
+        rtnl_link.create_veths([_ends(plan, link, fds) for link in plan.links], done)
+    except OSError as e:
+        raise RealizeError(f"cannot create links: {e}") from None
     finally:
         for fd in fds.values():
             os.close(fd)
+    if failed:
+        link, code = plan.links[min(failed)[0]], min(failed)[1]
+        raise RealizeError(f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
+                           f"{os.strerror(code)}")
+
+
+def _ends(plan: Plan, link: Link, fds: dict[str, int]) -> tuple[rtnl_link.End, rtnl_link.End]:
+    a = plan.node(link.a).interface(link.a_ifname)
+    b = plan.node(link.b).interface(link.b_ifname)
+    return (rtnl_link.End(link.a_ifname, fds[link.a], plan.port_mtu(a), a.mac),
+            rtnl_link.End(link.b_ifname, fds[link.b], plan.port_mtu(b), b.mac))
 
 
 def _configure(plan: Plan, node: Node) -> None:
@@ -169,7 +177,7 @@ def _configure(plan: Plan, node: Node) -> None:
         for port in node.interfaces:
             if port.address:
                 _add_address(ipr, socket.if_nametoindex(port.name), port.address)
-            if port.name in b_side:  # the peer end of a veth is created down
+            if port.name in b_side:  # the peer end of a veth is created down (rtnl_link)
                 ipr.link("set", ifname=port.name, state="up")
         for route in node.routes:
             _add_route(ipr, route)
