@@ -40,23 +40,23 @@ class End:
     mac: str
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
+def attr(kind: int, payload: bytes) -> bytes:
     length = RTA_HDR.size + len(payload)
     return RTA_HDR.pack(length, kind) + payload + b"\0" * (-length & 3)
 
 
 def _end(end: End) -> bytes:
-    return (_attr(IFLA_IFNAME, end.ifname.encode() + b"\0")
-            + _attr(IFLA_MTU, struct.pack("=I", end.mtu))
-            + _attr(IFLA_ADDRESS, bytes.fromhex(end.mac.replace(":", "")))
-            + _attr(IFLA_NET_NS_FD, struct.pack("=I", end.netns_fd)))
+    return (attr(IFLA_IFNAME, end.ifname.encode() + b"\0")
+            + attr(IFLA_MTU, struct.pack("=I", end.mtu))
+            + attr(IFLA_ADDRESS, bytes.fromhex(end.mac.replace(":", "")))
+            + attr(IFLA_NET_NS_FD, struct.pack("=I", end.netns_fd)))
 
 
 def veth_request(a: End, b: End, seq: int) -> bytes:
     """RTM_NEWLINK for a veth a <-> b, each end in its own namespace, a up, b down."""
     up = IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, IFF_UP, IFF_UP)
-    peer = _attr(VETH_INFO_PEER, IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _end(b))
-    info = _attr(IFLA_LINKINFO, _attr(IFLA_INFO_KIND, b"veth\0") + _attr(IFLA_INFO_DATA, peer))
+    peer = attr(VETH_INFO_PEER, IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _end(b))
+    info = attr(IFLA_LINKINFO, attr(IFLA_INFO_KIND, b"veth\0") + attr(IFLA_INFO_DATA, peer))
     body = up + _end(a) + info
     flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
     return NLMSG_HDR.pack(NLMSG_HDR.size + len(body), RTM_NEWLINK, flags, seq, 0) + body
@@ -74,7 +74,7 @@ def acks(data: bytes) -> Iterator[tuple[int, int]]:
         off += (length + 3) & ~3
 
 
-Done = Callable[[int, int], None]  # (index of the pair in the call, errno or 0)
+Done = Callable[[int, int], None]  # (index of the request in the call, errno or 0)
 
 
 def _send_batch(sock: socket.socket, batch: list[bytes], done: Done) -> None:
@@ -86,18 +86,17 @@ def _send_batch(sock: socket.socket, batch: list[bytes], done: Done) -> None:
             pending -= 1
 
 
-def create_veths(pairs: list[tuple[End, End]], done: Done) -> None:
-    """Create every pair from the calling thread's namespace; `done(i, errno)` once the
-    kernel has answered for pair i (errno 0: created). The kernel handles each request
-    of a batch on its own: one that fails does not stop the others."""
+def send_all(messages: list[bytes], done: Done) -> None:
+    """Send requests (message i carries sequence number i + 1) from the calling thread's
+    namespace, BATCH to a send; `done(i, errno)` once the kernel has answered message i
+    (errno 0: done). The kernel handles each request on its own: one that fails does
+    not stop the others."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
         sock.bind((0, 0))
-        batch: list[bytes] = []
-        for i, (a, b) in enumerate(pairs):
-            batch.append(veth_request(a, b, seq=i + 1))
-            if len(batch) == BATCH:
-                _send_batch(sock, batch, done)
-                batch = []
-        if batch:
-            _send_batch(sock, batch, done)
+        for start in range(0, len(messages), BATCH):
+            _send_batch(sock, messages[start:start + BATCH], done)
 
+
+def create_veths(pairs: list[tuple[End, End]], done: Done) -> None:
+    """Create every pair; `done(i, errno)` once the kernel has answered for pair i."""
+    send_all([veth_request(a, b, seq=i + 1) for i, (a, b) in enumerate(pairs)], done)
