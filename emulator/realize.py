@@ -1,18 +1,19 @@
 """Realize a Plan in the kernel: namespaces, veths, addresses, sysctls.
 
-All netlink work goes through pyroute2. Namespaces are built in parallel
-(each worker thread enters its namespace; see netns.py); veths are created
-from the calling thread with *both* ends placed directly in their
+Namespaces are built in parallel (each worker thread enters its namespace;
+see netns.py); veths are created from the calling thread by raw rtnetlink
+requests, batched (rtnl_link.py), with *both* ends placed directly in their
 namespaces, so the root namespace never holds a lab device, not even
-briefly. Every namespace is tagged (lo's ifalias = rocelab:<lab>) before it
-becomes visible under /run/netns, so `down` can find it from kernel state.
+briefly. A node's addresses, routes and neighbour pins go as one batch of
+raw requests from inside its namespace (rtnl_conf.py). Every
+namespace is tagged (lo's ifalias = rocelab:<lab>) before it becomes
+visible under /run/netns, so `down` can find it from kernel state.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import os
 import socket
 from collections.abc import Callable, Iterable
@@ -20,11 +21,11 @@ from collections.abc import Callable, Iterable
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from . import bridge, neighbours, netns
+from . import bridge, neighbours, netns, rtnl_conf, rtnl_link
 from .errors import RealizeError
 from .netns import parallel
 from .paths import NS_TAG_PREFIX
-from .plan import Node, Plan, Route
+from .plan import Link, Node, Plan
 from .progress import Progress, steps
 from .spec import EcmpHash, FabricMode
 
@@ -109,9 +110,9 @@ def _tag_and_prepare(plan: Plan, node: Node) -> Callable[[], None]:
                           | (L3_HOST_SYSCTLS if plan.fabric is FabricMode.L3 else {})
                           | (MULTIHOMED_HOST_SYSCTLS | hash_sysctls(node)
                              if len(node.interfaces) > 1 else {}))
-        with IPRoute() as ipr:
-            lo = ipr.link_lookup(ifname="lo")[0]
-            ipr.link("set", index=lo, ifalias=f"{NS_TAG_PREFIX}{plan.lab}", state="up")
+        up = rtnl_conf.link_up_request(socket.if_nametoindex("lo"), 1,
+                                       alias=f"{NS_TAG_PREFIX}{plan.lab}")
+        _send(node, [("lo up, tagged", up)])
     return init
 
 
@@ -139,46 +140,81 @@ def create_namespaces(plan: Plan, undo: contextlib.ExitStack, tick: Tick = _noth
 def create_links(plan: Plan, tick: Tick = _nothing) -> None:
     """Make every veth with both ends already inside their namespaces."""
     fds = {n.name: netns.open_fd(n.netns) for n in plan.nodes}
+    failed: list[tuple[int, int]] = []
+
+    def done(i: int, code: int) -> None:
+        if code:
+            failed.append((i, code))
+        tick()
+
     try:
-        with IPRoute() as ipr:
-            for link in plan.links:
-                a = plan.node(link.a).interface(link.a_ifname)
-                b = plan.node(link.b).interface(link.b_ifname)
-                try:
-                    ipr.link("add", ifname=link.a_ifname, kind="veth", net_ns_fd=fds[link.a],
-                             mtu=plan.port_mtu(a), state="up", address=a.mac,  # up: saves a round trip
-                             peer={"ifname": link.b_ifname, "net_ns_fd": fds[link.b],
-                                   "mtu": plan.port_mtu(b), "address": b.mac})
-                except NetlinkError as e:
-                    raise RealizeError(
-                        f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
-                        f"{os.strerror(e.code)}") from None
-                tick()
+        rtnl_link.create_veths([_ends(plan, link, fds) for link in plan.links], done)
+    except OSError as e:
+        raise RealizeError(f"cannot create links: {e}") from None
     finally:
         for fd in fds.values():
             os.close(fd)
+    if failed:
+        link, code = plan.links[min(failed)[0]], min(failed)[1]
+        raise RealizeError(f"cannot create link {link.a}:{link.a_ifname} - {link.b}:{link.b_ifname}: "
+                           f"{os.strerror(code)}")
+
+
+def _ends(plan: Plan, link: Link, fds: dict[str, int]) -> tuple[rtnl_link.End, rtnl_link.End]:
+    a = plan.node(link.a).interface(link.a_ifname)
+    b = plan.node(link.b).interface(link.b_ifname)
+    return (rtnl_link.End(link.a_ifname, fds[link.a], plan.port_mtu(a), a.mac),
+            rtnl_link.End(link.b_ifname, fds[link.b], plan.port_mtu(b), b.mac))
 
 
 def _configure(plan: Plan, node: Node) -> None:
-    # Decoding pyroute2 dumps costs ~0.5 ms per link: address ports by name and
-    # resolve indexes with if_nametoindex (an ioctl in this thread's namespace).
-    b_side = {link.b_ifname for link in plan.links if link.b == node.name}
-    with netns.entered(node.netns), IPRoute() as ipr:
-        if node.loopback:
-            _add_address(ipr, socket.if_nametoindex("lo"), f"{node.loopback}/32")
-        for port in node.interfaces:
-            if port.address:
-                _add_address(ipr, socket.if_nametoindex(port.name), port.address)
-            if port.name in b_side:  # the peer end of a veth is created down
-                ipr.link("set", ifname=port.name, state="up")
-        for route in node.routes:
-            _add_route(ipr, route)
+    with netns.entered(node.netns):
+        _send(node, _requests(plan, node))
         if node.is_router and plan.fabric is FabricMode.L3:  # a leaf's host ports: IPv4 only
             write_sysctls({f"net/ipv6/conf/{p.name}/disable_ipv6": "1"
                            for p in node.interfaces if not p.fabric})
-        pin_neighbours(ipr, plan, node)
         if node.bridge:
-            bridge.create(ipr, plan, node)
+            with IPRoute() as ipr:
+                bridge.create(ipr, plan, node)
+
+
+def _requests(plan: Plan, node: Node) -> list[tuple[str, bytes]]:
+    """(what, request) for the node's addresses, peer ends up, routes and neighbour pins,
+    in the order the kernel must apply them (request i has sequence number i + 1);
+    ifindexes by if_nametoindex (an ioctl in this thread's namespace)."""
+    index = socket.if_nametoindex
+    b_side = {link.b_ifname for link in plan.links if link.b == node.name}
+    out: list[tuple[str, bytes]] = []
+    if node.loopback:
+        out.append((f"address {node.loopback}/32 on lo",
+                    rtnl_conf.addr_request(index("lo"), f"{node.loopback}/32", len(out) + 1)))
+    for port in node.interfaces:
+        if port.address:
+            out.append((f"address {port.address} on {port.name}",
+                        rtnl_conf.addr_request(index(port.name), port.address, len(out) + 1)))
+        if port.name in b_side:  # the peer end of a veth is created down (rtnl_link)
+            out.append((f"{port.name} up", rtnl_conf.link_up_request(index(port.name), len(out) + 1)))
+    for route in node.routes:
+        via = [(gw, index(dev)) for gw, dev in route.via]
+        out.append((f"route {route.dst}", rtnl_conf.route_request(route.dst, via, len(out) + 1)))
+    for pin in neighbours.pins(plan, node):
+        family = socket.AF_INET6 if pin.family == "ipv6" else socket.AF_INET
+        out.append((f"neighbour {pin.address} on {pin.port}", rtnl_conf.neigh_request(
+            family, pin.address, pin.mac, index(pin.port), len(out) + 1)))
+    return out
+
+
+def _send(node: Node, requests: list[tuple[str, bytes]]) -> None:
+    failed: list[tuple[int, int]] = []
+
+    def done(i: int, code: int) -> None:
+        if code and not (code == errno.EEXIST and requests[i][0].startswith("address")):
+            failed.append((i, code))
+
+    rtnl_link.send_all([msg for _, msg in requests], done)
+    if failed:
+        i, code = min(failed)
+        raise RealizeError(f"cannot configure {node.name}: {requests[i][0]}: {os.strerror(code)}")
 
 
 def pin_neighbours(ipr: IPRoute, plan: Plan, node: Node, ports: Iterable[str] | None = None) -> None:
@@ -187,24 +223,6 @@ def pin_neighbours(ipr: IPRoute, plan: Plan, node: Node, ports: Iterable[str] | 
         ipr.neigh("replace", dst=pin.address, lladdr=pin.mac, state=NUD_PERMANENT,
                   ifindex=socket.if_nametoindex(pin.port),
                   family=socket.AF_INET6 if pin.family == "ipv6" else socket.AF_INET)
-
-
-def _add_route(ipr: IPRoute, route: Route) -> None:
-    if len(route.via) == 1:
-        (gw, dev), = route.via
-        ipr.route("add", dst=route.dst, gateway=gw, oif=socket.if_nametoindex(dev))
-    else:
-        ipr.route("add", dst=route.dst, multipath=[
-            {"gateway": gw, "oif": socket.if_nametoindex(dev)} for gw, dev in route.via])
-
-
-def _add_address(ipr: IPRoute, index: int, cidr: str) -> None:
-    iface = ipaddress.IPv4Interface(cidr)
-    try:
-        ipr.addr("add", index=index, address=str(iface.ip), prefixlen=iface.network.prefixlen)
-    except NetlinkError as e:
-        if e.code != errno.EEXIST:
-            raise
 
 
 def configure_nodes(plan: Plan, tick: Tick = _nothing) -> None:
