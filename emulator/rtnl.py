@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from collections.abc import Iterator
 
 NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
@@ -29,6 +30,18 @@ def _align(n: int) -> int:
     return (n + 3) & ~3
 
 
+def messages(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(offset, length, type, sequence number) of each netlink message in one received
+    buffer; OSError on a message shorter than its header."""
+    off = 0
+    while off + NLMSG_HDR.size <= len(data):
+        length, kind, _, seq, _ = NLMSG_HDR.unpack_from(data, off)
+        if length < NLMSG_HDR.size:
+            raise OSError("malformed netlink message")
+        yield off, length, kind, seq
+        off += _align(length)
+
+
 def request(family: int = socket.AF_INET, seq: int = 1) -> bytes:
     body = RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
     return NLMSG_HDR.pack(NLMSG_HDR.size + len(body), RTM_GETROUTE,
@@ -38,11 +51,7 @@ def request(family: int = socket.AF_INET, seq: int = 1) -> bytes:
 def parse(data: bytes, widths: dict[str, int], table: int = MAIN_TABLE) -> bool:
     """Add the routes of one received buffer to `widths` (prefix -> next hops); True once
     the dump is done. Routes without a destination (the default) are skipped."""
-    off = 0
-    while off + NLMSG_HDR.size <= len(data):
-        length, kind, _, _, _ = NLMSG_HDR.unpack_from(data, off)
-        if length < NLMSG_HDR.size:
-            raise OSError("malformed netlink message")
+    for off, length, kind, _ in messages(data):
         if kind == NLMSG_DONE:
             return True
         if kind == NLMSG_ERROR:
@@ -51,7 +60,6 @@ def parse(data: bytes, widths: dict[str, int], table: int = MAIN_TABLE) -> bool:
                 raise OSError(-code, os.strerror(-code))
         elif kind == RTM_NEWROUTE:
             _route(data, off + NLMSG_HDR.size, off + length, widths, table)
-        off += _align(length)
     return False
 
 

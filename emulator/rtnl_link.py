@@ -17,7 +17,8 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+from .rtnl import NLMSG_HDR, messages
+
 IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
 RTA_HDR = struct.Struct("=HH")  # len, type
 NLMSG_ERROR = 2
@@ -64,14 +65,9 @@ def veth_request(a: End, b: End, seq: int) -> bytes:
 
 def acks(data: bytes) -> Iterator[tuple[int, int]]:
     """(sequence number, errno: 0 for success) of each ack in one received buffer."""
-    off = 0
-    while off + NLMSG_HDR.size <= len(data):
-        length, kind, _, seq, _ = NLMSG_HDR.unpack_from(data, off)
-        if length < NLMSG_HDR.size:
-            raise OSError("malformed netlink message")
+    for off, _, kind, seq in messages(data):
         if kind == NLMSG_ERROR:
             yield seq, -struct.unpack_from("=i", data, off + NLMSG_HDR.size)[0]
-        off += (length + 3) & ~3
 
 
 Done = Callable[[int, int], None]  # (index of the request in the call, errno or 0)
