@@ -5,8 +5,8 @@ Memory is a model fitted to labs measured on the reference machine (`make bench`
 scale: each lab's processes' PSS and what the kernel grew by; it prints estimate / measured):
 
     fixed      50 MB   this process at its peak, the dataplane controller
-    router    8.2 MB   zebra, bgpd, staticd (bfdd) before any route
-    namespace   1 MB   a namespace with its veth ends, sysctls and FIB
+    router    6.5 MB   zebra, bgpd, staticd (bfdd) before any route
+    namespace 1.75 MB  a namespace with its veth ends, sysctls and FIB
     path      3.3 KB   each prefix the fabric announces, at each BGP session end: bgpd's
                        path and buffers, zebra's and the kernel's share of the route
     host kind          what `up` starts for each host of its kind (emulator/hosts/): an
@@ -15,8 +15,9 @@ scale: each lab's processes' PSS and what the kernel grew by; it prints estimate
 
 The paths make it grow faster than the routers: a 3-tier fabric of 264 routers with a /31
 per host NIC carries 3.6 million of them, with one /24 per leaf (bgp.aggregate_hosts) 1.2
-million. Fitted to the curve of 8, 24, 66, 132 and 264 routers (aggregated), the estimate
-was within 18 % of the measured memory at every size (docs/scale.md). Time is not
+million. Fitted to the curve of 8, 24, 66, 132 and 264 routers (aggregated) measured on a
+quiet machine, the estimate was within 15 % of the measured memory at every size
+(docs/scale.md); the same lab measured beside others' labs can differ by a third. Time is not
 estimated: docs/scale.md has the measured curve.
 """
 
@@ -31,8 +32,8 @@ from .plan import Plan
 from .render import daemons_for
 
 FIXED_MB = 50.0
-ROUTER_MB = 8.2
-NAMESPACE_MB = 1.0
+ROUTER_MB = 6.5
+NAMESPACE_MB = 1.75
 PATH_KB = 3.3
 HEADROOM = 0.9  # of MemAvailable: the kernel and everything else keep a tenth
 
