@@ -32,10 +32,8 @@ def test_integrated_config_is_one_vtysh_file_with_every_daemon():
     for needle in ("no zebra nexthop kernel enable", "router bgp 65101", "bfd\n profile fabric",
                    "neighbor FABRIC bfd profile fabric"):
         assert needle in text, needle
-    # zebra's RA lines and the address of each interface share one stanza; bgpd, not
-    # zebra's config, turns the advertisements on (once it has registered with zebra)
-    assert "interface spine1\n ipv6 nd ra-interval 1\nexit" in text
-    assert "suppress-ra" not in text
+    # zebra's RA lines and the address of each interface share one stanza
+    assert "interface spine1\n ipv6 nd ra-interval 1\n no ipv6 nd suppress-ra\nexit" in text
     assert "interface lo\n ip address 10.0.0.3/32\nexit" in text
     assert text.count("interface spine1\n") == 1
 
