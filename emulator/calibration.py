@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import rundirs
+from . import outfile, rundirs
 from .paths import RUN_ROOT
 
 HINT = "run `rocelab calibrate` (a minute or two) to find the rate this machine holds"
@@ -45,14 +45,13 @@ class Record:
 
 
 def save(ladder: dict[str, Any], machine: dict[str, Any]) -> Path:
-    """Write the record (a rename over the old one: `up` never reads half of it)."""
+    """Write the record (a new file renamed over the old one: `up` never reads half of it;
+    a link planted at the name, or on its way, is not followed: outfile)."""
     path = record_path()
-    rundirs.make_dirs(path.parent, rundirs.RUN_ROOT_MODE)
+    if path == RUN_ROOT / "calibration.json":
+        rundirs.make_dirs(path.parent, rundirs.RUN_ROOT_MODE)
     data = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine} | ladder
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    return outfile.write_text(path, json.dumps(data, indent=2) + "\n")  # no link followed
 
 
 def load() -> Record | None:
@@ -88,6 +87,7 @@ def advice_for(lab: str, rate_bps: float | None, dilation: float) -> str | None:
     hinted = _hint_path().exists()
     line = advice(lab, rate_bps, dilation, load(), hinted)
     if line is not None and line.startswith("note:"):
-        rundirs.make_dirs(_hint_path().parent, rundirs.RUN_ROOT_MODE)
-        _hint_path().touch()
+        if _hint_path().parent == RUN_ROOT:
+            rundirs.make_dirs(RUN_ROOT, rundirs.RUN_ROOT_MODE)
+        outfile.write_bytes(_hint_path(), b"")
     return line

@@ -147,6 +147,22 @@ def test_the_record_round_trips_and_the_hint_is_given_once(tmp_path, monkeypatch
     assert "warning" in (calibration.advice_for("cc", 10**9, 400.0) or "")
 
 
+def test_a_link_planted_at_the_record_or_the_hint_is_replaced_not_followed(tmp_path, monkeypatch):
+    """calibrate and up run as root: the record and the hint marker go through outfile, so a
+    symlink at either name is replaced, and what it pointed at is neither changed nor made."""
+    decoy, elsewhere = tmp_path / "decoy", tmp_path / "elsewhere"
+    decoy.write_text("precious\n")
+    monkeypatch.setenv("ROCELAB_CALIBRATION", str(tmp_path / "cal.json"))
+    (tmp_path / "cal.json").symlink_to(decoy)
+    (tmp_path / "cal.json.hinted").symlink_to(elsewhere)  # dangling: the hint is not given yet
+    assert "rocelab calibrate" in (calibration.advice_for("cc", 10**8, 4000.0) or "")
+    calibration.save(headroom.search(["100M"], lambda r: fig(r)).to_json(), {"cpus": 2})
+    assert decoy.read_text() == "precious\n" and not elsewhere.exists()
+    assert not (tmp_path / "cal.json").is_symlink()
+    assert not (tmp_path / "cal.json.hinted").is_symlink()
+    assert json.loads((tmp_path / "cal.json").read_text())["machine"] == {"cpus": 2}
+
+
 @pytest.mark.parametrize("text", ["{", "[]", '{"holds_bps": "fast"}', '{"holds_bps": -1}',
                                   '{"holds_bps": true}'])
 def test_a_damaged_record_counts_as_none(tmp_path, monkeypatch, text):
