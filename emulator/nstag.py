@@ -16,14 +16,18 @@ import struct
 
 from . import netns
 from .paths import NS_TAG_PREFIX
+from .rtnl import NLMSG_HDR
+from .rtnl_link import (
+    IFINFOMSG,
+    IFLA_IFALIAS,
+    IFLA_IFNAME,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    RTA_HDR,
+    RTM_NEWLINK,
+)
 
-NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-IFINFOMSG = struct.Struct("=BxHiII")  # family, pad, type, index, flags, change
-RTA_HDR = struct.Struct("=HH")  # len, type
-NLMSG_ERROR = 2
-RTM_NEWLINK, RTM_GETLINK = 16, 18
-NLM_F_REQUEST = 0x1
-IFLA_IFNAME, IFLA_IFALIAS = 3, 20
+RTM_GETLINK = 18
 LO_INDEX = 1
 
 

@@ -13,9 +13,11 @@ import ipaddress
 import socket
 import struct
 
+from .rtnl import RTA_DST, RTA_MULTIPATH, RTMSG
 from .rtnl_link import (
     IFF_UP,
     IFINFOMSG,
+    IFLA_IFALIAS,
     NLM_F_ACK,
     NLM_F_CREATE,
     NLM_F_EXCL,
@@ -28,13 +30,11 @@ from .rtnl_link import (
 RTM_NEWADDR, RTM_NEWROUTE, RTM_NEWNEIGH = 20, 24, 28
 NLM_F_REPLACE = 0x100
 IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
-RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
 NDMSG = struct.Struct("=BxxxiHBB")  # family, ifindex, state, flags, type
 RTNEXTHOP = struct.Struct("=HBBi")  # len, flags, hops, ifindex
 IFA_ADDRESS, IFA_LOCAL = 1, 2
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_MULTIPATH = 1, 4, 5, 9
+RTA_OIF, RTA_GATEWAY = 4, 5
 NDA_DST, NDA_LLADDR = 1, 2
-IFLA_IFALIAS = 20
 RT_TABLE_MAIN, RTPROT_BOOT, RTN_UNICAST = 254, 3, 1
 NUD_PERMANENT = 0x80
 CREATE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
