@@ -8,6 +8,9 @@ PACKAGES=(frr iproute2 iputils-ping tcpdump tshark iperf3 nftables procps promet
           qemu-system-x86 perftest rdma-core ibverbs-utils ibverbs-providers busybox-static  # rxe hosts
           python3-pyverbs)  # rxe hosts in transfer/kv: emulator/rxe/kvpeer.py runs verbs from Python
 python3 -c 'import ensurepip, venv' 2>/dev/null || PACKAGES+=(python3-venv python3-pip)
+PACKAGES+=(gcc)  # the engine's compiled data path (setup.py builds emulator/roce/_wire.c at pip install)
+python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || PACKAGES+=(python3-dev)  # and the headers it compiles against
 
 missing=()
 for p in "${PACKAGES[@]}"; do
