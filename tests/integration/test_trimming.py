@@ -10,9 +10,11 @@ trims."""
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import struct
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import pytest
 from emulator import netns
 from emulator.congestion.maps import StatsReader, set_trimming
 
-from .conftest import PREFIX, make_lab, poll
+from .conftest import PREFIX, ROCELAB, make_lab, poll
 
 TOPOLOGY = Path(__file__).parents[1] / "fixtures" / "trim-incast.yaml"
 PAYLOAD = 1024  # UDP payload: a 1066-byte frame
@@ -188,6 +190,25 @@ def test_lossless_class_gets_pauses_not_trims(lab):
     paused = trims(before, after, "pause_tx")  # XOFF/XON out of leaf1's ports toward rx2/rx3
     print(f"lossless: pause frames {paused}")
     assert paused and {k[:2] for k in paused} <= {("leaf1", "rx2"), ("leaf1", "rx3")}, paused
+
+
+def test_live_diagnose_names_the_last_hop_hotspot_and_exits_13(lab):
+    proc = subprocess.Popen([ROCELAB, "diagnose", lab.name, "--window", "3s", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while proc.poll() is None:  # keep the incast going for the whole window
+            incast(lab, ["rx2", "rx3"], "rx1", dscp=18)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 13, err
+    (f,) = [f for f in json.loads(out)["findings"] if f["kind"] == "trimming-hotspot"]
+    assert f["where"] == ["leaf1:rx1"] and f["severity"] == "warning", f
+    assert "at the last hop, into rx1" in f["cause"] and "fabric" not in f["cause"], f
+    assert [(e["node"], e["port"], e["where"]) for e in f["evidence"]] == [
+        ("leaf1", "rx1", "last hop")]
 
 
 def test_with_trimming_off_the_same_incast_queues_whole(lab):
