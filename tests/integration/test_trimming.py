@@ -23,7 +23,7 @@ import pytest
 from emulator import netns
 from emulator.congestion.maps import StatsReader, set_trimming
 
-from .conftest import PREFIX, ROCELAB, make_lab, poll
+from .conftest import PREFIX, ROCELAB, cli, make_lab, poll
 
 TOPOLOGY = Path(__file__).parents[1] / "fixtures" / "trim-incast.yaml"
 PAYLOAD = 1024  # UDP payload: a 1066-byte frame
@@ -50,6 +50,16 @@ class Arrival:
     udp_len: int
     opcode: int
     mrch_flags: int
+    udp_csum: int
+    ip_csum_ok: bool
+
+
+def ip_csum_ok(header: bytes) -> bool:
+    """An IPv4 header's ones'-complement sum, its checksum included, is 0xffff."""
+    total = sum(struct.unpack("!10H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total == 0xFFFF
 
 
 def mrc_payload(psn: int, ev: int) -> bytes:
@@ -87,7 +97,8 @@ def parse(frame: bytes) -> Arrival | None:
         return None
     psn = struct.unpack_from("!I", frame, 50)[0] & 0xFFFFFF  # BTH bytes 8-11
     return Arrival(sport, psn, len(frame), frame[15] >> 2, struct.unpack_from("!H", frame, 16)[0],
-                   udp_len, frame[42], frame[54] & 0xF)
+                   udp_len, frame[42], frame[54] & 0xF, struct.unpack_from("!H", frame, 40)[0],
+                   ip_csum_ok(frame[14:34]))
 
 
 def incast(lab_, senders: list[str], dst: str, dscp: int, dport: int = 4791,
@@ -141,6 +152,7 @@ def settled(lab_, before, where) -> dict:
 
 def check_trimmed(a: Arrival, lasthop: bool) -> None:
     assert (a.length, a.dscp, a.ip_len, a.udp_len, a.opcode) == (128, 11, 114, 94, 0xE0), a
+    assert a.ip_csum_ok and a.udp_csum == 0, a
     assert a.mrch_flags == (TRIMMED | LASTHOP if lasthop else TRIMMED), a
 
 
@@ -157,7 +169,7 @@ def test_last_hop_incast_arrives_trimmed_and_counted(lab):
           f"{after[('leaf1', 'rx1', 2)]['max_queued']} B")
     for a in trimmed:
         check_trimmed(a, lasthop=True)
-    assert {(a.dscp, a.mrch_flags) for a in whole} == {(18, 0)}
+    assert {(a.dscp, a.mrch_flags, a.ip_csum_ok) for a in whole} == {(18, 0, True)}
     assert trims(before, after) == {("leaf1", "rx1", 2): len(trimmed)}
     assert trims(before, after, "tx_trim") == {("leaf1", "rx1", 2): len(trimmed)}
     assert not trims(before, after, "dropped_trim")
@@ -226,3 +238,8 @@ def test_with_trimming_off_the_same_incast_queues_whole(lab):
     print(f"trimming off: max queued {after[('leaf1', 'rx1', 2)]['max_queued']} B")
     assert after[("leaf1", "rx1", 2)]["max_queued"] > 2 * THRESHOLD  # it queued instead
 
+
+
+def test_top_shows_the_trims_column_on_a_trimming_lab(lab):
+    out = cli("top", lab.name, "--once", "--interval", "0.5").stdout
+    assert "hottest ports" in out and "trims" in out, out
