@@ -19,15 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pyroute2 import IPRoute
 
 from emulator import netns
+from emulator.congestion import qos
 from emulator.congestion.maps import StatsReader, set_trimming
 
 from .conftest import PREFIX, ROCELAB, cli, make_lab, poll
 
 TOPOLOGY = Path(__file__).parents[1] / "fixtures" / "trim-incast.yaml"
 PAYLOAD = 1024  # UDP payload: a 1066-byte frame
-PACKETS = 150  # per sender: 160 KB each, twice the receiver's 10 Mbit/s drains 80 KB at most
+PACKETS = 300  # per sender: 320 KB each at 10 Mbit/s (0.26 s), into a port that drains one sender's worth
 THRESHOLD = 64_000  # the fixture's trimming.threshold
 TRIMMED, LASTHOP = 0x1, 0x2
 ETH_P_IP = 0x0800
@@ -150,6 +152,17 @@ def settled(lab_, before, where) -> dict:
     return poll(done, timeout=30, what=f"tx_trim to catch up with trim at {where}")
 
 
+def class_sent(lab_, node: str, port: str, tc: int) -> tuple[int, int]:
+    """(bytes, packets) the port's HTB class of `tc` sent, as the qdisc charged them."""
+    with netns.entered(lab_.plan.node(node).netns), IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=port)[0]
+        for c in ipr.get_classes(index=idx):
+            if c["handle"] == qos.classid(tc):
+                basic = c.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
+                return basic["bytes"], basic["packets"]
+    raise AssertionError(f"no HTB class for TC {tc} on {node}:{port}")
+
+
 def check_trimmed(a: Arrival, lasthop: bool) -> None:
     assert (a.length, a.dscp, a.ip_len, a.udp_len, a.opcode) == (128, 11, 114, 94, 0xE0), a
     assert a.ip_csum_ok and a.udp_csum == 0, a
@@ -157,7 +170,7 @@ def check_trimmed(a: Arrival, lasthop: bool) -> None:
 
 
 def test_last_hop_incast_arrives_trimmed_and_counted(lab):
-    before = counters(lab)
+    before, sent_before = counters(lab), class_sent(lab, "leaf1", "rx1", 6)
     got = incast(lab, ["rx2", "rx3"], "rx1", dscp=18)
     after = settled(lab, before, "leaf1:rx1")
     assert sorted((a.sport, a.psn) for a in got) == sorted(
@@ -173,6 +186,11 @@ def test_last_hop_incast_arrives_trimmed_and_counted(lab):
     assert trims(before, after) == {("leaf1", "rx1", 2): len(trimmed)}
     assert trims(before, after, "tx_trim") == {("leaf1", "rx1", 2): len(trimmed)}
     assert not trims(before, after, "dropped_trim")
+    # the priority class was charged the trimmed length, not the length before the trim
+    # (its size table: qos.size_from_skb), beside the odd control frame it also carries
+    sent = [a - b for a, b in zip(class_sent(lab, "leaf1", "rx1", 6), sent_before)]
+    print(f"priority class: {sent[0]} B in {sent[1]} packets")
+    assert sent[1] >= len(trimmed) and sent[0] < 200 * sent[1], sent
     # the MRC queue never grew past the threshold (plus the frames two CPUs race in)
     assert after[("leaf1", "rx1", 2)]["max_queued"] <= THRESHOLD + 4 * 1066
     poll(lambda: [counters(lab)[("leaf1", "rx1", tc)]["queued"] for tc in (2, 6)] == [0, 0],
