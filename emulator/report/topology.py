@@ -43,7 +43,7 @@ def _positions(plan: Plan) -> dict[str, tuple[float, float]]:
         hosts = [h for h in plan.hosts if h.leaf == leaf.name]
         if not hosts and any(leaf.name in h.leaves for h in plan.hosts):
             pos[leaf.name] = (x, ROW_Y[Kind.LEAF])  # a rail or second leaf of hosts drawn before
-            x += 1.2
+            x += 2.6 if plan.planes > 1 else 1.2  # room for the plane's own spines above
             continue
         for h in hosts:
             pos[h.name] = (x, ROW_Y[Kind.HOST])

@@ -104,6 +104,9 @@ def test_a_failed_plane_leaves_the_other_carrying_and_heal_restores(planes, sile
         assert one_qp["integrity_ok"] and one_qp["qps"][0]["spine"].startswith("p0spine")
         decode1 = plan.node("decode1").addresses
         assert _ping(planes, decode1[0]) and not _ping(planes, decode1[1])
+        assert converge.check_reach_hosts(plan.hosts) == []  # every host's NIC 0: plane 0
+        reach = converge.check_reach(plan)  # status/validate: every plane, so plane 1 shows
+        assert not reach.ok and "prefill1 cannot reach decode1" in reach.problems, reach
         p0 = [r.name for r in plan.plane_nodes(0)]
         widths = converge.fib_widths(plan)
         healthy = plan.expected_widths()

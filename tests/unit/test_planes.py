@@ -149,3 +149,19 @@ def test_plane_nodes_and_kind_on_one_plane():
     one = load_topology("topologies/clos-2x4.yaml")[1]
     assert one.plane_nodes(0) == [] and one.planes == 1
     assert all(n.kind is not Kind.HOST for n in _plan().plane_nodes(0))
+
+
+def test_reachability_probes_every_nic_of_a_multi_plane_host(plan):
+    from emulator.reach import _targets
+    targets, of = _targets(plan.hosts, every_nic=True)
+    assert targets[of["decode1"][0]] == ("decode1", "10.2.1.1")
+    assert targets[of["decode1"][1]] == ("decode1", "10.2.3.1")  # plane 1 checked too
+    single, of1 = _targets(plan.hosts, every_nic=False)  # the echo sequence = host index
+    assert single == [(h.name, h.address) for h in plan.hosts] and of1["decode1"] == [2]
+
+
+def test_report_counts_plane_spines_as_spines():
+    from emulator.report.data import _spine_bytes
+    ports = [{"node": "p1spine2", "tx_bytes": 5}, {"node": "p0leaf1", "tx_bytes": 7},
+             {"node": "spine1", "tx_bytes": 3}]
+    assert _spine_bytes(ports, {}) == {"p1spine2": 5.0, "spine1": 3.0}
