@@ -5,10 +5,13 @@ Every plane's BGP converges to the widths the plan computes (a router holds its 
 prefixes only); a 2-QP transfer puts one QP on each plane and bytes on each plane's NICs
 and spines; `fail plane 1` (carrier loss, then silent) leaves plane 0 carrying an intact
 transfer while plane 1 carries nothing, and `heal plane 1` makes the fabric whole again.
+clos-2p-2x4-cc (shaped): two planes carry about twice what one does, and plane 0 keeps
+its rate while plane 1 is failed (ratios against a baseline measured in the same test).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -19,6 +22,8 @@ from emulator.engine.job import Job, Op
 from emulator.frr import vtysh_json
 
 from .conftest import PREFIX, cli, make_lab, poll
+
+running = contextlib.contextmanager(make_lab)  # a lab for one test, down whatever happens
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +131,18 @@ def test_a_plane_the_lab_lacks_is_one_line_naming_the_range(planes):
     assert res.stderr.strip().splitlines()[-1].endswith("planes are 0..1")
     assert "plane:" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert json.loads(cli("status", planes.name, "--json", check=False).stdout)["faults"] == []
+
+
+def test_shaped_two_planes_carry_twice_one_and_a_lost_plane_spares_the_other():
+    with running("topologies/clos-2p-2x4-cc.yaml", f"{PREFIX}2pcc") as lab:
+        plan = state.lab_plan(lab.name)
+        one, two = _transfer(plan, qps=1), _transfer(plan, qps=2)  # 1 plane, then both
+        assert one["integrity_ok"] and two["integrity_ok"]
+        assert two["goodput_gbps"] > 1.5 * one["goodput_gbps"], (one, two)
+        cli("fail", lab.name, "plane", "1")
+        try:
+            during = _transfer(plan, qps=1)  # plane 0 alone, its capacity untouched
+            assert during["integrity_ok"] and during["qps"][0]["spine"].startswith("p0")
+            assert during["goodput_gbps"] > 0.7 * one["goodput_gbps"], (one, during)
+        finally:
+            cli("heal", lab.name, "plane", "1")
