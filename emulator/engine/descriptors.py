@@ -77,9 +77,10 @@ class Feeder:
         return self.posted >= self.total
 
     def tick(self, _now: float = 0.0) -> None:
-        """Post whole batches while the outstanding ops leave room for one."""
+        """Post batches while the outstanding ops leave room for one (the last may be short)."""
         room = self.depth * self.qps
-        while not self.finished and self.posted - self.done() + self.batch <= room:
+        while (not self.finished
+               and self.posted - self.done() + min(self.batch, self.total - self.posted) <= room):
             end = min(self.total, self.posted + self.batch)
             for i in range(self.posted, end):
                 self.post(i, self.where(i))
