@@ -15,6 +15,7 @@ from tests.browser import check_report
 from .conftest import PREFIX, cli, make_lab
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(600)  # a lab comes up inside the first test
 
 
 @pytest.fixture(scope="module")
