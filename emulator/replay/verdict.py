@@ -47,6 +47,7 @@ def rows(records: Iterable[Record], scale: Scale, nic_bps: dict[str, float]) -> 
             "input_tokens": p.request.input_tokens, "blocks": len(p.request.blocks),
             "cached_blocks": p.cached_blocks, "cached_tokens": p.cached_tokens,
             "bytes_real": rec.real_bytes, "bytes": rec.wall_bytes,
+            "moved": int(res.get("bytes", 0)),  # what the engine reports it moved
             "lateness_s": round(late / k, 6), "transfer_s": round(data / k, 6),
             "handoff_s": round((late + data) / k, 6),
             "line_rate_s": round(rec.real_bytes * 8 / nic_bps.get(p.prefill, math.inf), 6),
@@ -80,7 +81,7 @@ def summarize(table: Sequence[dict[str, Any]], budget_s: float, bytes_per_token:
         "handoff_max_s": round(max(handoffs, default=0.0), 6),
         "cache": cache(table, bytes_per_token),
         "bytes_real": sum(r["bytes_real"] for r in table),
-        "bytes_moved": sum(r["bytes"] for r in table),
+        "bytes_moved": sum(r["moved"] for r in table),
         "load": load_over_time(table, bin_s),
         "spines": share_by(table, "spines"), "rails": share_by(table, "rails"),
         "missed": [{"index": r["index"], "handoff_s": r["handoff_s"], "prefill": r["prefill"],

@@ -165,7 +165,7 @@ def test_the_default_budget_is_one_decode_step():
 
 def row(i: int, handoff: float, **kw) -> dict:
     base = {"index": i, "t_s": i * 0.5, "prefill": "p1", "decode": "d1", "input_tokens": 1024,
-            "blocks": 2, "cached_blocks": 0, "cached_tokens": 0, "bytes_real": 1000, "bytes": 1,
+            "blocks": 2, "cached_blocks": 0, "cached_tokens": 0, "bytes_real": 1000, "bytes": 1, "moved": 1,
             "lateness_s": 0.0, "transfer_s": handoff, "handoff_s": handoff, "line_rate_s": 0.001,
             "start_s": i * 0.5, "end_s": i * 0.5 + handoff, "busy_at_start": 0, "spines": ["spine1"],
             "rails": [], "retransmitted_packets": 0, "timeouts": 0, "error": None, "integrity_ok": True}
