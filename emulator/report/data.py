@@ -112,7 +112,7 @@ def load(results: dict[str, Any]) -> ReportData:
         paused_s=dict((results.get("pfc") or {}).get("paused_s", {})),
         spine_bytes=_spine_bytes(results.get("ports", []), results.get("link_bytes", {})),
         spine_qps=_spine_qps(results), events=results.get("events", []),
-        link_bytes=results.get("link_bytes", {}), replay=results.get("replay"))
+        link_bytes=results.get("link_bytes", {}), replay=_replay_block(results))
     {"experiment": _experiment, "transfer": _transfer, "kv": _kv,
      "replay": _replay}[kind](data, results)
     rails = rail_table(results)
@@ -321,6 +321,12 @@ def _kv(d: ReportData, r: dict[str, Any]) -> None:
         [str(q["request"]), f"{q['src']} -> {q['dst']}", f"{q['handoff_s']:.3f} s",
          d.real(q["handoff_s"]), _rate(q["goodput_gbps"] * 1e9),
          "ok" if q["integrity_ok"] else "FAILED"] for q in r["requests"]])
+
+
+def _replay_block(results: dict[str, Any]) -> dict[str, Any] | None:
+    """`replay --out`'s block, or an experiment's (`measured.replay`) if it finished."""
+    block = results.get("replay") or (results.get("measured") or {}).get("replay")
+    return block if block and "verdict" in block else None
 
 
 def _replay(d: ReportData, r: dict[str, Any]) -> None:
