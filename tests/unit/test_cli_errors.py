@@ -206,6 +206,9 @@ CASES = [
     cli(f"kv {FAKE} --requests 0", USAGE),  # was silently "one per pair"
     cli(f"kv {FAKE} --concurrency 0", USAGE),
     cli(f"kv {FAKE} --qps 0", USAGE),
+    cli(f"kv {FAKE} --descriptor big", USAGE),
+    cli(f"kv {FAKE} --descriptor 100", USAGE),  # below 1 KiB: refused while parsing
+    cli(f"kv {FAKE} --descriptor 2MiB", USAGE),
     cli(f"kv {FAKE} --out /etc/hostname/report", USAGE),  # under a file: caught before running
     cli(f"kv {FAKE} --qps 65", USAGE),
     cli(f"kv {FAKE} --mtu 1000", USAGE),
