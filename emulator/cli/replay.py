@@ -18,6 +18,7 @@ from ..replay.scheduler import DEFAULT_INFLIGHT, Options
 from ..replay.verdict import AttainmentError
 from ..report import record
 from ..units import parse_duration, parse_size
+from .kv import _descriptor
 from .names import LAB
 from .options import DURATION, SIZE, writable_out
 
@@ -34,6 +35,10 @@ from .options import DURATION, SIZE, writable_out
 @click.option("--placement", type=click.Choice(PLACEMENTS), default="round-robin", show_default=True)
 @click.option("--op", type=click.Choice([o.value for o in Op]), default="read", show_default=True,
               help="read: decode pulls (NIXL); write: prefill pushes (Mooncake, SGLang).")
+@click.option("--descriptor", type=SIZE, default=None, callback=_descriptor,
+              help="Post each handoff as RDMA ops of at most this size (NIXL descriptors, e.g. 16KiB).")
+@click.option("--stripe", is_flag=True,
+              help="Stripe each handoff in 64 KiB slices over the NICs, 2 QPs per NIC (Mooncake).")
 @click.option("--prefix-cache", type=SIZE, default=None,
               help="Each decode host's prefix cache (LRU of 512-token blocks), e.g. 20GiB; default none.")
 @click.option("--budget", type=DURATION, default=None,
@@ -48,8 +53,9 @@ from .options import DURATION, SIZE, writable_out
               help="Also write DIR/results.json, plots and report.md/report.html.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def command(name: str, trace: str, model_name: str, start: str, length: str | None, placement: str,
-            op: str, prefix_cache: str | None, budget: str | None, time_scale: float, inflight: int,
-            min_attainment: float | None, out: str | None, as_json: bool) -> None:
+            op: str, descriptor: int, stripe: bool, prefix_cache: str | None, budget: str | None,
+            time_scale: float, inflight: int, min_attainment: float | None, out: str | None,
+            as_json: bool) -> None:
     """Replay a request trace as KV handoffs and judge them against a budget.
 
     Example: rocelab replay clos-2x4-cc traces/mooncake-conversation-excerpt.jsonl --for 30s
@@ -58,7 +64,7 @@ def command(name: str, trace: str, model_name: str, start: str, length: str | No
     plan = state.lab_plan(name)
     opts = Options(model=model_name, placement=placement, op=Op(op),
                    cache_bytes=parse_size(prefix_cache, "--prefix-cache") if prefix_cache else 0,
-                   time_scale=time_scale,
+                   time_scale=time_scale, descriptor=descriptor, stripe=stripe,
                    inflight=inflight, extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     budget_s = parse_duration(budget, "--budget", positive=True) if budget else None
     start_s = parse_duration(start, "--from")

@@ -21,7 +21,9 @@ from .spec import Replay
 def options(r: Replay) -> Options:
     return Options(model=r.model, placement=r.placement, op=Op(r.op),
                    cache_bytes=parse_size(r.prefix_cache, "replay.prefix_cache") if r.prefix_cache else 0,
-                   time_scale=r.time_scale, inflight=r.inflight, extra={"flow": "replay"})
+                   time_scale=r.time_scale, inflight=r.inflight, extra={"flow": "replay"},
+                   descriptor=parse_size(r.descriptor, "replay.descriptor") if r.descriptor else 0,
+                   stripe=r.stripe)
 
 
 def window(r: Replay) -> tuple[float, float | None]:

@@ -96,6 +96,8 @@ class Replay(Strict):
                                     "default: to the end.")
     placement: Literal["round-robin", "least-loaded", "prefix-affinity"] = "round-robin"
     op: Literal["write", "read"] = "read"
+    descriptor: str | None = Field(None, description="Largest RDMA op, e.g. 16KiB (NIXL descriptors).")
+    stripe: bool = Field(False, description="64 KiB slices over the NICs, 2 QPs per NIC (Mooncake).")
     prefix_cache: str | None = Field(None, description="Each decode host's prefix cache, e.g. 20GiB.")
     budget: Duration | None = Field(None, description="Handoff budget, real-equivalent "
                                     "(default: the model's decode step).")
@@ -110,7 +112,7 @@ class Replay(Strict):
             raise ValueError(f"unknown model {v!r}; allowed: {', '.join(MODELS)}")
         return v
 
-    @field_validator("prefix_cache")
+    @field_validator("prefix_cache", "descriptor")
     @classmethod
     def _size(cls, v: str | None) -> str | None:
         if v is not None:

@@ -45,6 +45,8 @@ class Options:
     inflight: int = DEFAULT_INFLIGHT
     mtu: int = 4096
     timeout_s: float = 120.0  # one transfer's (wall)
+    descriptor: int = 0  # largest RDMA op (NIXL descriptors); 0: 1 MiB messages
+    stripe: bool = False  # 64 KiB slices over the NICs, 2 QPs per NIC (Mooncake)
     extra: dict[str, Any] = field(default_factory=dict)  # into every Job's extra
 
     def __post_init__(self) -> None:
@@ -157,6 +159,7 @@ class Scheduler:
             self.max_inflight = max(self.max_inflight, self._inflight)
         job = Job(self.opts.op, size=rec.wall_bytes, qps=max(1, len(self.hosts[p.prefill].addresses)),
                   mtu=self.opts.mtu, seed=p.request.index + 1, timeout_s=self.opts.timeout_s,
+                  descriptor=self.opts.descriptor, stripe=self.opts.stripe,
                   extra={"flow": "replay", **self.opts.extra})
         try:
             rec.result = dict(client.transfer(self.plan, self.hosts[p.prefill],

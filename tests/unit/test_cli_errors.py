@@ -193,6 +193,7 @@ CASES = [
     cli(f"replay {FAKE} {REPLAY_TRACE} --inflight 0", USAGE),
     cli(f"replay {FAKE} {REPLAY_TRACE} --min-attainment 101", USAGE),
     cli(f"replay {FAKE} {REPLAY_TRACE} --placement random", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --descriptor 100", USAGE),
     lab(f"replay {FAKE} /nonexistent/trace.jsonl", BAD_FILE),
     lab(f"replay {FAKE} {{tmp}}", USAGE),  # a directory: click refuses it before the lab
     lab(f"replay {FAKE} {REPLAY_TRACE} --from 1h", BAD_FILE),  # no request in the window
