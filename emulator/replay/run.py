@@ -1,0 +1,52 @@
+"""One replay from trace file to results: read, schedule, judge (`rocelab replay`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..plan import Plan
+from ..stats import percentile
+from . import reader, verdict
+from .scaling import default_budget_s
+from .scheduler import Options, Progress, Scheduler
+
+
+def replay(plan: Plan, trace: str | Path, opts: Options, budget_s: float | None = None,
+           start_s: float = 0.0, for_s: float | None = None,
+           progress: Progress | None = None) -> dict[str, Any]:
+    """Replay the window of `trace` on the running lab `plan`; results.json's `replay` block."""
+    requests = reader.read(trace, start_s, for_s)  # every line checked before anything moves
+    budget = budget_s if budget_s is not None else default_budget_s(opts.model)
+    sched = Scheduler(plan, requests, opts, progress)
+    records = sched.run()
+    nic = {h: sum(i.speed_bps for i in sched.hosts[h].interfaces) or float("inf") for h in sched.hosts}
+    table = verdict.rows(records, sched.scale, nic)
+    window = requests[-1].t_ms / 1000 if requests else 0.0
+    return {
+        "trace": {"file": Path(trace).name, "from_s": start_s, "for_s": for_s,
+                  "requests": len(requests), "span_s": round(window, 3)},
+        "model": opts.model, "dtype": opts.dtype, "placement": opts.placement, "op": opts.op.value,
+        "prefix_cache_bytes": opts.cache_bytes,
+        "budget_s": budget, "budget_default": budget_s is None,
+        "scale": {"dilation": sched.scale.dilation, "time_scale": sched.scale.time_scale,
+                  "size_factor": sched.scale.size_factor},
+        "bytes_per_token": sched.bytes_per_token,
+        "verdict": verdict.summarize(table, budget, sched.bytes_per_token,
+                                     bin_s=max(1.0, round(window / 40))),
+        "scheduler": scheduler_numbers(sched, table),
+        "requests": table,
+    }
+
+
+def scheduler_numbers(sched: Scheduler, table: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well the replay kept time, and what it cost: lateness (real-equivalent), the
+    CPU of this process against the run's wall time, peak requests in flight."""
+    late = [r["lateness_s"] for r in table]
+    wall = max(sched.wall_s, 1e-9)
+    return {"wall_s": round(sched.wall_s, 3), "requests_per_s": round(len(table) / wall, 2),
+            "lateness_p50_s": round(percentile(late, 50), 6),
+            "lateness_p99_s": round(percentile(late, 99), 6),
+            "cpu_s": round(sched.cpu_s, 3), "dispatch_cpu_s": round(sched.dispatch_cpu_s, 3),
+            "overhead_share": round(sched.cpu_s / wall, 4),
+            "max_in_flight": sched.max_inflight, "inflight_limit": sched.opts.inflight}
