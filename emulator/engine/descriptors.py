@@ -79,8 +79,10 @@ class Feeder:
     def tick(self, _now: float = 0.0) -> None:
         """Post whole batches while the outstanding ops leave room for one."""
         room = self.depth * self.qps
-        while not self.finished and self.posted - self.done() + self.batch <= room:
-            end = min(self.total, self.posted + self.batch)
+        while not self.finished:
+            end = min(self.total, self.posted + self.batch)  # the last batch may be short
+            if self.posted - self.done() + (end - self.posted) > room:
+                break
             for i in range(self.posted, end):
                 self.post(i, self.where(i))
             self.posted = end
