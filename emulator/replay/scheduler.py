@@ -143,8 +143,8 @@ class Scheduler:
                 raise RocelabError(f"request {req.index}: {rec.wall_bytes} bytes on the lab, more "
                                    f"than one transfer may move ({MAX_TRANSFER >> 30} GiB): lower "
                                    "--time-scale")
-            for h in (placed.prefill, placed.decode):
-                self._outstanding[h] += rec.wall_bytes
+            for h in (placed.prefill, placed.decode):  # real bytes: placement weighs them
+                self._outstanding[h] += rec.real_bytes
             self.records.append(rec)
         return rec
 
@@ -177,7 +177,7 @@ class Scheduler:
         p = rec.placed
         with self._lock:
             for h in (p.prefill, p.decode):
-                self._outstanding[h] -= rec.wall_bytes
+                self._outstanding[h] -= rec.real_bytes
             self._done += 1
             done = self._done
         if self.progress:
