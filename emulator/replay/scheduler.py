@@ -62,6 +62,7 @@ class Record:
     real_bytes: int  # the KV bytes it moves on the modelled fabric
     wall_bytes: int  # what the lab moves for it (scaled)
     due_s: float
+    dispatch_s: float = 0.0  # when the dispatcher handed it to the pool
     start_s: float = 0.0
     end_s: float = 0.0
     result: dict[str, Any] | None = None
@@ -124,6 +125,7 @@ class Scheduler:
                 due = self.scale.wall_s(req.t_ms / 1000)
                 time.sleep(max(0.0, self.t0 + due - time.monotonic()))  # the timeline, not a sync
                 rec = self._place(req, due)
+                rec.dispatch_s = time.monotonic() - self.t0
                 if rec.wall_bytes:
                     pool.submit(self._one, rec)
                 else:  # the whole prompt was cached: nothing crosses the fabric
