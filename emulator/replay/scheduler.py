@@ -5,7 +5,8 @@ time, places it (placement.Placer: hosts and the prefix cache), and hands it to 
 `inflight` workers, each of which runs one engine transfer at a time (engine.client).
 What it records per request is plain data for `verdict`: when it was due, when a worker
 started it, the engine's result. It measures itself: how late each request started, and
-the CPU this process spent (dispatcher and workers) against the run's wall time.
+the CPU its own threads spent (dispatcher and workers, each by its thread's clock: an
+experiment's samplers share the process) against the run's wall time.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class Scheduler:
         self._outstanding: dict[str, int] = defaultdict(int)
         self._busy: dict[str, int] = defaultdict(int)
         self._inflight = self._done = 0
-        self.t0 = self.wall_s = self.cpu_s = self.dispatch_cpu_s = 0.0
+        self.t0 = self.wall_s = self.cpu_s = self.dispatch_cpu_s = self.worker_cpu_s = 0.0
 
     def _load(self, host: str) -> int:
         return self._outstanding[host]
@@ -151,6 +152,14 @@ class Scheduler:
         return rec
 
     def _one(self, rec: Record) -> None:
+        cpu0 = time.thread_time()
+        try:
+            self._transfer(rec)
+        finally:
+            with self._lock:
+                self.worker_cpu_s += time.thread_time() - cpu0
+
+    def _transfer(self, rec: Record) -> None:
         p = rec.placed
         with self._lock:
             rec.start_s = time.monotonic() - self.t0
