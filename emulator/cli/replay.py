@@ -113,7 +113,8 @@ def _print(block: dict[str, Any], out: str | None) -> None:
                   f"{v['handoff_p999_s'] * 1000:.2f} ms (real-equivalent)", soft_wrap=True)
     console.print(f"prefix cache: {c['hit_ratio']:.1%} of blocks hit, {c['bytes_saved'] / 1e9:.2f} GB "
                   f"saved; scheduler: lateness p99 {s['lateness_p99_s'] * 1000:.2f} ms, CPU "
-                  f"{s['overhead_share']:.1%} of the run, {s['max_in_flight']} in flight at most",
+                  f"{s['overhead_share']:.1%} of the run (with engine calls {s['client_share']:.1%}), "
+                  f"{s['max_in_flight']} in flight at most",
                   soft_wrap=True)
     if v["missed_reasons"]:
         console.print("missed: " + ", ".join(f"{k} {n}" for k, n in v["missed_reasons"].items()),

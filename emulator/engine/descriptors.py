@@ -77,11 +77,12 @@ class Feeder:
         return self.posted >= self.total
 
     def tick(self, _now: float = 0.0) -> None:
-        """Post batches while the outstanding ops leave room for one (the last may be short)."""
+        """Post whole batches while the outstanding ops leave room for one."""
         room = self.depth * self.qps
-        while (not self.finished
-               and self.posted - self.done() + min(self.batch, self.total - self.posted) <= room):
-            end = min(self.total, self.posted + self.batch)
+        while not self.finished:
+            end = min(self.total, self.posted + self.batch)  # the last batch may be short
+            if self.posted - self.done() + (end - self.posted) > room:
+                break
             for i in range(self.posted, end):
                 self.post(i, self.where(i))
             self.posted = end

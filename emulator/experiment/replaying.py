@@ -73,6 +73,6 @@ def measure(r: Replay) -> Any:
                 return {"replay": {"error": thread.error or "the replay did not finish"}}
             v = thread.block["verdict"]  # scalars too: a compare run's rows show them per fabric
             return {"replay": thread.block, "replay_attainment": v["attainment"],
-                    "replay_handoff_p99_s": v["handoff_p99_s"], "replay_failed": v["failed"]}
+                    "replay_handoff_p99_ms": round(v["handoff_p99_s"] * 1e3, 3), "replay_failed": v["failed"]}
         return finish
     return start

@@ -2,8 +2,10 @@
 
 Placement picks a (prefill, decode) pair from the pools the topology's roles give:
 round-robin over each pool; least-loaded (the hosts with the fewest bytes still to
-move, ties by name); prefix-affinity (the decode host whose cache holds the longest
-run of the request's leading prefix blocks, then least-loaded). Each decode host has
+move, ties to the host given fewer requests); prefix-affinity (the decode host where the
+request would be done first: the bytes it still has to move plus what this request must
+move there, its prompt less the prefix that host's cache holds -- so a host holding the
+prefix wins unless it is busier by more than the prefix's bytes). Each decode host has
 an LRU prefix cache of whole 512-token blocks, sized in bytes: a request moves only
 the tokens its decode host does not already hold.
 """
@@ -64,7 +66,7 @@ class Placed:
         return self.request.input_tokens - self.tokens
 
 
-Load = Callable[[str], int]  # host -> bytes it still has to move
+Load = Callable[[str], int]  # host -> (real) bytes it still has to move
 
 
 class Placer:
@@ -78,6 +80,7 @@ class Placer:
             raise RocelabError("replay needs prefill and decode hosts (the topology's hosts.roles)")
         self.how, self.prefill, self.decode = how, list(prefill), list(decode)
         self.caches = {d: PrefixCache(cache_bytes, block_bytes) for d in self.decode}
+        self.block_bytes = block_bytes
         self.load: Load = load or (lambda _h: 0)
         self.assigned = dict.fromkeys([*self.prefill, *self.decode], 0)  # ties go to the idler
         self._n = 0
@@ -97,7 +100,10 @@ class Placer:
         tokens = max(0, req.input_tokens - hits * BLOCK_TOKENS)
         return Placed(req, src, dst, hits, tokens)
 
-    def _rank(self, req: Request) -> Callable[[str], tuple[int, int, int, str]]:
-        if self.how == "prefix-affinity":
-            return lambda h: (-self.caches[h].hits(req.blocks), self.load(h), self.assigned[h], h)
-        return lambda h: (0, self.load(h), self.assigned[h], h)
+    def _rank(self, req: Request) -> Callable[[str], tuple[int, int, str]]:
+        if self.how == "prefix-affinity":  # where it would be done first: queue + what must move
+            per_token = self.block_bytes // BLOCK_TOKENS
+            return lambda h: (self.load(h) + per_token * max(
+                0, req.input_tokens - self.caches[h].hits(req.blocks) * BLOCK_TOKENS),
+                self.assigned[h], h)
+        return lambda h: (self.load(h), self.assigned[h], h)

@@ -40,13 +40,23 @@ def replay(plan: Plan, trace: str | Path, opts: Options, budget_s: float | None 
 
 
 def scheduler_numbers(sched: Scheduler, table: list[dict[str, Any]]) -> dict[str, Any]:
-    """How well the replay kept time, and what it cost: lateness (real-equivalent), the
-    CPU of this process against the run's wall time, peak requests in flight."""
+    """How well the replay kept time, and what it cost: lateness (real-equivalent) of the
+    dispatcher (handing a request over after its due time) and of the start (a worker
+    taking it: also the wait for a free one); the scheduler's overhead, its dispatcher's
+    CPU (timing, placement, the caches, handing over) against the run's wall time, and
+    beside it the CPU of all its threads, workers' engine calls included (`client_share`:
+    what any `kv` run pays per transfer) and of the whole process (an experiment's
+    samplers included); peak requests in flight."""
     late = [r["lateness_s"] for r in table]
+    dispatch = [sched.scale.real_s(max(0.0, r.dispatch_s - r.due_s)) for r in sched.records]
     wall = max(sched.wall_s, 1e-9)
+    cpu = sched.dispatch_cpu_s + sched.worker_cpu_s  # the scheduler's own threads
     return {"wall_s": round(sched.wall_s, 3), "requests_per_s": round(len(table) / wall, 2),
+            "dispatch_lateness_p99_s": round(percentile(dispatch, 99), 6),
             "lateness_p50_s": round(percentile(late, 50), 6),
             "lateness_p99_s": round(percentile(late, 99), 6),
-            "cpu_s": round(sched.cpu_s, 3), "dispatch_cpu_s": round(sched.dispatch_cpu_s, 3),
-            "overhead_share": round(sched.cpu_s / wall, 4),
+            "dispatch_cpu_s": round(sched.dispatch_cpu_s, 3),
+            "overhead_share": round(sched.dispatch_cpu_s / wall, 4),
+            "cpu_s": round(cpu, 3), "client_share": round(cpu / wall, 4),
+            "process_cpu_s": round(sched.cpu_s, 3),
             "max_in_flight": sched.max_inflight, "inflight_limit": sched.opts.inflight}

@@ -5,7 +5,8 @@ time, places it (placement.Placer: hosts and the prefix cache), and hands it to 
 `inflight` workers, each of which runs one engine transfer at a time (engine.client).
 What it records per request is plain data for `verdict`: when it was due, when a worker
 started it, the engine's result. It measures itself: how late each request started, and
-the CPU this process spent (dispatcher and workers) against the run's wall time.
+the CPU its own threads spent (dispatcher and workers, each by its thread's clock: an
+experiment's samplers share the process) against the run's wall time.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Record:
     real_bytes: int  # the KV bytes it moves on the modelled fabric
     wall_bytes: int  # what the lab moves for it (scaled)
     due_s: float
+    dispatch_s: float = 0.0  # when the dispatcher handed it to the pool
     start_s: float = 0.0
     end_s: float = 0.0
     result: dict[str, Any] | None = None
@@ -109,7 +111,7 @@ class Scheduler:
         self._outstanding: dict[str, int] = defaultdict(int)
         self._busy: dict[str, int] = defaultdict(int)
         self._inflight = self._done = 0
-        self.t0 = self.wall_s = self.cpu_s = self.dispatch_cpu_s = 0.0
+        self.t0 = self.wall_s = self.cpu_s = self.dispatch_cpu_s = self.worker_cpu_s = 0.0
 
     def _load(self, host: str) -> int:
         return self._outstanding[host]
@@ -124,6 +126,7 @@ class Scheduler:
                 due = self.scale.wall_s(req.t_ms / 1000)
                 time.sleep(max(0.0, self.t0 + due - time.monotonic()))  # the timeline, not a sync
                 rec = self._place(req, due)
+                rec.dispatch_s = time.monotonic() - self.t0
                 if rec.wall_bytes:
                     pool.submit(self._one, rec)
                 else:  # the whole prompt was cached: nothing crosses the fabric
@@ -143,12 +146,20 @@ class Scheduler:
                 raise RocelabError(f"request {req.index}: {rec.wall_bytes} bytes on the lab, more "
                                    f"than one transfer may move ({MAX_TRANSFER >> 30} GiB): lower "
                                    "--time-scale")
-            for h in (placed.prefill, placed.decode):
-                self._outstanding[h] += rec.wall_bytes
+            for h in (placed.prefill, placed.decode):  # real bytes: placement weighs them
+                self._outstanding[h] += rec.real_bytes
             self.records.append(rec)
         return rec
 
     def _one(self, rec: Record) -> None:
+        cpu0 = time.thread_time()
+        try:
+            self._transfer(rec)
+        finally:
+            with self._lock:
+                self.worker_cpu_s += time.thread_time() - cpu0
+
+    def _transfer(self, rec: Record) -> None:
         p = rec.placed
         with self._lock:
             rec.start_s = time.monotonic() - self.t0
@@ -177,7 +188,7 @@ class Scheduler:
         p = rec.placed
         with self._lock:
             for h in (p.prefill, p.decode):
-                self._outstanding[h] -= rec.wall_bytes
+                self._outstanding[h] -= rec.real_bytes
             self._done += 1
             done = self._done
         if self.progress:

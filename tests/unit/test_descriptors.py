@@ -127,3 +127,16 @@ def test_feeder_posts_the_short_last_batch_when_there_is_room_for_it():
 def test_job_round_trips_its_new_fields():
     job = Job(Op.READ, kv=KV_8B, descriptor=16 << 10, stripe=True)
     assert Job.from_json(job.to_json()) == job
+
+
+def test_a_transfer_of_fewer_messages_than_a_batch_is_posted_whole():
+    """Whole messages (depth = their count): 1 MiB or less is one message, fewer than
+    BATCH; it must still go out (it once waited for room for a full batch forever)."""
+    from emulator.engine.descriptors import Feeder
+
+    posted = []
+    for total in (1, 3, 33):
+        posted.clear()
+        f = Feeder(total, 1, lambda i, q: posted.append(i), lambda i: 0, lambda: 0, depth=total)
+        f.tick()
+        assert f.finished and posted == list(range(total))

@@ -197,3 +197,14 @@ def test_load_over_time_conserves_bytes():
     assert sum(load["offered_gbps"]) == pytest.approx(4e9 * gbit)
     assert sum(load["carried_gbps"]) == pytest.approx(4e9 * gbit)
     assert load["offered_gbps"][1] == pytest.approx(3e9 * gbit)  # request 3 arrives at 1.5 s
+
+
+def test_prefix_affinity_leaves_a_busy_host_when_the_prefix_saves_less_than_its_queue():
+    bpt, load = 10, {"p1": 0, "d1": 0, "d2": 0}
+    p = Placer("prefix-affinity", ["p1"], ["d1", "d2"], cache_bytes=10 * BLOCK_TOKENS * bpt,
+               block_bytes=BLOCK_TOKENS * bpt, load=load.__getitem__)
+    assert p.place(Request(0, 0, 2048, 1, (0, 1, 2, 3))).decode == "d1"
+    load["d1"] = BLOCK_TOKENS * bpt - 1  # queued: less than the one shared block saves
+    assert p.place(Request(1, 0, 2048, 1, (0, 5, 6, 7))).decode == "d1"
+    load["d1"] = 10 * BLOCK_TOKENS * bpt  # far busier than the prefix is worth
+    assert p.place(Request(2, 0, 2048, 1, (0, 8, 9, 10))).decode == "d2"
