@@ -7,6 +7,7 @@ PACKAGES=(frr iproute2 iputils-ping tcpdump tshark iperf3 nftables procps promet
           clang libbpf-dev libc6-dev linux-libc-dev  # clang + headers: the BPF dataplane
           qemu-system-x86 perftest rdma-core ibverbs-utils ibverbs-providers busybox-static  # rxe hosts
           python3-pyverbs)  # rxe hosts in transfer/kv: emulator/rxe/kvpeer.py runs verbs from Python
+PACKAGES+=(chromium)  # headless, the tests open report.html in a real browser (tests/browser.py)
 python3 -c 'import ensurepip, venv' 2>/dev/null || PACKAGES+=(python3-venv python3-pip)
 PACKAGES+=(gcc)  # the engine's compiled data path (setup.py builds emulator/roce/_wire.c at pip install)
 python3 -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \

@@ -83,7 +83,8 @@ def main() -> None:
 
 # One module per command, in the order `rocelab --help` lists them.
 COMMANDS = ("up", "down", "status", "wait", "validate", "exec_", "render", "export", "save", "schema",
-            "transfer", "kv", "perftest", "run", "check", "fail", "heal", "diagnose", "metrics", "top",
+            "transfer", "kv", "replay",
+            "perftest", "run", "check", "fail", "heal", "diagnose", "metrics", "top",
             "graph", "calibrate")
 
 

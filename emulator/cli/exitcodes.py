@@ -32,6 +32,7 @@ CODES: dict[str, frozenset[E]] = {
     "schema": ANY,
     "transfer": MOVES_DATA,
     "kv": MOVES_DATA,
+    "replay": MOVES_DATA | {E.BAD_FILE, E.EXPECTATION_FAILED},
     "perftest": ON_LAB | {E.TRANSFER_FAILED},
     "run": MOVES_DATA | BUILDS | {E.EXPECTATION_FAILED},
     "calibrate": ANY | BUILDS | {E.NOT_ROOT, E.EXPECTATION_FAILED},

@@ -8,14 +8,25 @@ import click
 from rich.console import Console
 
 from .. import lab, report, state, workload
-from ..engine.job import Job, Op
+from ..engine.descriptors import MIN_DESCRIPTOR
+from ..engine.job import MAX_MESSAGE, Job, Op
 from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
 from ..errors import IntegrityError
 from ..report import record
-from ..units import Dilation, parse_duration
+from ..units import Dilation, parse_duration, parse_size
 from .names import LAB
-from .options import engine_options, max_duration_option
+from .options import SIZE, engine_options, max_duration_option
 from .progress import byte_progress
+
+
+def _descriptor(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
+    """--descriptor in bytes (0: not given), its range checked while the line is parsed."""
+    if value is None:
+        return 0
+    size = parse_size(value, "--descriptor")
+    if not MIN_DESCRIPTOR <= size <= MAX_MESSAGE:
+        raise click.BadParameter(f"must be {MIN_DESCRIPTOR} B..{MAX_MESSAGE >> 20} MiB (got {value})")
+    return size
 
 
 @click.command("kv")
@@ -32,12 +43,18 @@ from .progress import byte_progress
               help="Handoffs to run (default: one per pair).")
 @click.option("--concurrency", default=None, type=click.IntRange(min=1, max=1024),
               help="Handoffs at once (default: one per pair).")
+@click.option("--descriptor", type=SIZE, default=None, callback=_descriptor,
+              help="Post the KV as RDMA ops of at most this size (NIXL descriptors, e.g. 16KiB).")
+@click.option("--stripe", is_flag=True,
+              help="Stripe each handoff in 64 KiB slices over the NICs, 2 QPs per NIC "
+                   "(Mooncake; replaces --qps).")
 @max_duration_option
 @click.option("--json", "as_json", is_flag=True, help="Print every request and the aggregate as JSON.")
 @engine_options
 def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,
-            pairs: str | None, requests: int | None, concurrency: int | None, max_duration: str,
-            op: str, qps: int, mtu: int, as_json: bool, out: str | None) -> None:
+            pairs: str | None, requests: int | None, concurrency: int | None,
+            descriptor: int, stripe: bool, max_duration: str, op: str, qps: int, mtu: int,
+            as_json: bool, out: str | None) -> None:
     """KV-cache handoffs from prefill to decode hosts, sized from a model.
 
     Example: rocelab kv clos-2x4 --model llama3-70b --tokens 512 --requests 8 --concurrency 4
@@ -49,6 +66,7 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
     concurrency = len(pair_list) if concurrency is None else concurrency
     kv = {"model": model_name, "tokens": tokens, "dtype": dtype, "tokens_per_block": tokens_per_block}
     job = Job(Op(op), kv=kv, qps=qps, mtu=mtu,
+              descriptor=descriptor, stripe=stripe,
               timeout_s=parse_duration(max_duration, "--max-duration"),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     layout = KvLayout(model(model_name), tokens, dtype, tokens_per_block)
@@ -57,7 +75,8 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
                        quiet=as_json) as tick, (rec if out else contextlib.nullcontext()):
         res = workload.run_kv(plan, pair_list, job, requests, concurrency,
                               rec.also(tick) if out else tick)
-    res["sizing"] = describe(layout)
+    res["sizing"] = describe(layout) + (f"; posted as {job.ops} ops of <= {job.piece} B"
+                                        if job.piece else "")
     if out:
         flow = {"name": f"{requests} handoffs (all)",
                 "src": ",".join(sorted({s.name for s, _ in pair_list})),

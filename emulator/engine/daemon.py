@@ -36,6 +36,7 @@ from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from ..rundirs import PRIVATE_UMASK
 from .config import EngineConfig
 from .datathread import DataPlane, FlowKey, Watch, reductions
+from .descriptors import QPS_PER_NIC, SQ_DEPTH, Feeder, qp_of
 from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
 from .jsonlines import Channel
 from .paced import PacedQueuePair
@@ -263,7 +264,8 @@ class Engine:
                 sums[k] = sums.get(k, 0) + v
             sums["dcqcn_reductions"] = sums.get("dcqcn_reductions", 0) + reductions(qp)
         return [{"flow": key[0], "src": key[1], "dst": key[2],
-                 "transfers": self.dp.flows[key].transfers, "counters": totals[key]}
+                 "transfers": self.dp.flows[key].transfers,
+                 "work_requests": self.dp.flows[key].work_requests, "counters": totals[key]}
                 for key in sorted(totals)]
 
     def _finished(self, flow: FlowKey, duration_s: float, handoff_s: float) -> None:
@@ -296,13 +298,15 @@ class Engine:
             return self._initiate(job, peer_ip, cli)
 
     def _initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
+        if job.stripe:  # Mooncake: 2 QPs per NIC, QP i on rail i mod NICs
+            job = replace(job, qps=QPS_PER_NIC * len(self.ips))
         segments = job.segments()
         holds_source = job.op is Op.WRITE
         buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
         mr = self.dp.call(lambda: self.dp.memory.register(buf))
         local = self.new_qpns(job.qps)
         qpns = [q["qpn"] for q in local]
-        t_setup = time.monotonic()
+        t_setup, feed = time.monotonic(), None
         try:
             with Channel(_connect_peer(peer_ip)) as peer:
                 peer.send({"cmd": "accept", "job": job.to_json(), "qps": local, "ip": self.ip,
@@ -315,37 +319,55 @@ class Engine:
                 t0 = time.monotonic()
                 peer_ips = reply.get("ips") or [peer_ip]
                 flow = flow_of(job, self.host, peer_ip, initiator=True)
-                self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ips, watch,
-                                                flow))
+                feed = self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ips,
+                                                       watch, flow))
                 self._wait(job, qps, watch, cli, t0)
                 t1 = time.monotonic()
                 counters = self.dp.call(lambda: self.dp.remove(qpns))
                 peer.send({"cmd": "finish"})
                 fin = peer.recv()
         finally:  # a failed transfer must not leave QPs or memory behind
-            self.dp.call(lambda: self._release(qpns, mr))
+            self.dp.call(lambda: self._release(qpns, mr, feed))
         mine = digest(buf, segments, "src" if holds_source else "dst")
         timing = Timing(t_setup, t0, t1)
         self.dp.call(lambda: self._finished(flow, timing.data_s, timing.handoff_s))
         return self._result(job, qps, counters, fin, mine, watch, timing)
 
-    def _release(self, qpns: list[int], mr: MemoryRegion) -> None:
-        """Remove a transfer's QPs and deregister its memory (on the data thread)."""
+    def _release(self, qpns: list[int], mr: MemoryRegion,
+                 feed: Callable[[float], None] | None = None) -> None:
+        """Remove a transfer's QPs and deregister its memory (on the data thread); stop
+        `feed`ing its ops."""
+        if feed in self.dp.tickers:
+            self.dp.tickers.remove(feed)
         self.dp.remove(qpns)
         self.dp.memory.deregister(mr)
 
     def _post(self, job: Job, qps: Sequence[QueuePair], segments, buf: bytearray, reply: dict,
-              peer_ips: list[str], watch: Watch, flow: FlowKey) -> None:
+              peer_ips: list[str], watch: Watch, flow: FlowKey) -> Callable[[float], None] | None:
+        """(data thread) Serve the QPs and post the ops, batch by batch when `job.piece` is
+        set (descriptors.Feeder); return the ticker still posting (None: all posted)."""
         view = memoryview(buf)
         va, rkey = reply["va"], reply["rkey"]
         for i, qp in enumerate(qps):  # QP i on rail i: NIC i mod NICs at each end
             self.dp.add(qp, peer_ips[i % len(peer_ips)], watch, self.ips[i % len(self.ips)], flow)
-        for i, s in enumerate(segments):
-            qp = qps[i % len(qps)]  # stripe messages across QPs: per-QP entropy for ECMP
+
+        def post(i: int, q: int) -> None:  # messages round-robin over QPs: per-QP ECMP entropy
+            s, qp = segments[i], qps[q]
             if job.op is Op.WRITE:
                 qp.post_write(i, view[s.src_offset:s.src_offset + s.length], va + s.dst_offset, rkey)
             else:
                 qp.post_read(i, view[s.dst_offset:s.dst_offset + s.length], va + s.src_offset, rkey)
+
+        rails = len(self.ips)
+        feeder = Feeder(len(segments), len(qps), post,
+                        lambda i: qp_of(i, len(qps), rails, job.stripe), lambda: watch.completed,
+                        depth=SQ_DEPTH if job.piece else len(segments))  # whole messages: all at once
+        self.dp.flows[flow].work_requests += len(segments)
+        feeder.tick()
+        if feeder.finished:
+            return None
+        self.dp.tickers.append(feeder.tick)
+        return feeder.tick  # _release takes it off the tickers
 
     def _wait(self, job: Job, qps: Sequence[QueuePair], watch: Watch, cli: Channel, t0: float) -> None:
         deadline = t0 + job.timeout_s

@@ -79,10 +79,12 @@ FlowKey = tuple[str, str, str]  # (flow name, src host, dst host)
 class Flow:
     """A flow's totals over every QP that served it (telemetry: series that stay put
     while QPNs change with every handoff). `retired`: summed counters of its finished
-    QPs; `transfers`: the transfers this engine initiated for it and finished."""
+    QPs; `transfers`: the transfers this engine initiated for it and finished;
+    `work_requests`: the RDMA ops it posted for them."""
 
     retired: dict[str, int] = field(default_factory=dict)
     transfers: int = 0
+    work_requests: int = 0  # RDMA ops this engine posted for it (descriptors, messages)
 
     def retire(self, counters: dict[str, int], cuts: int) -> None:
         for k, v in counters.items():

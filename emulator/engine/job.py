@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any, TypedDict
 
 from ..errors import RocelabError
+from .descriptors import MAX_DESCRIPTORS, MIN_DESCRIPTOR, STRIPE_SLICE, count, cut
 from .kv import KvLayout, Segment, model
 
 # A transfer result's counters, summed over both ends' QPs (the engine's and kvpeer's)
@@ -78,7 +79,17 @@ class Op(str, Enum):
 
 @dataclass(frozen=True)
 class Job:
-    """A transfer: which bytes, how, over how many QPs. JSON-able both ways."""
+    """A transfer: which bytes, how, over how many QPs. JSON-able both ways.
+
+    How a serving stack moves KV (emulator/engine/descriptors.py, docs/roce.md):
+    `op` READ is decode pulling (vLLM's NIXL connector), WRITE prefill pushing
+    (SGLang, Mooncake, LMCache). `descriptor` (bytes; 0: off) cuts every message
+    into RDMA ops of at most that size, posted in batches as a NIXL agent posts its
+    descriptor list; the transfer completes when all have. `stripe` splits the
+    transfer into 64 KiB slices over the initiator's NICs, slice j on rail j mod
+    NICs, with 2 QPs per NIC (Mooncake's transfer engine): the engine sets `qps`
+    to 2 x its NICs.
+    """
 
     op: Op
     size: int = 0  # contiguous bytes (when kv is None)
@@ -92,6 +103,8 @@ class Job:
     udp_sports: list[int] = field(default_factory=list)  # per QP; empty: derived from QPNs
     rate_bps: float = 0.0  # the flow's rate limit (wall bit/s, split over its QPs); 0: none
     ack_timeout_s: float = 0.0  # the QPs' first retransmission timeout (wall s); 0: engine's
+    descriptor: int = 0  # largest RDMA op in bytes (NIXL-style descriptors); 0: whole messages
+    stripe: bool = False  # 64 KiB slices over the NICs, 2 QPs per NIC (Mooncake)
 
     def __post_init__(self) -> None:
         if not 1 <= self.qps <= 64:
@@ -112,6 +125,33 @@ class Job:
             what = "--tokens" if self.kv is not None else "--size"
             raise RocelabError(f"{what}: a transfer of {self.payload_bytes} bytes; at most "
                                f"{MAX_TRANSFER >> 30} GiB (both engines hold every byte in memory)")
+        self._check_descriptor()
+
+    def _check_descriptor(self) -> None:
+        if self.descriptor and not MIN_DESCRIPTOR <= self.descriptor <= MAX_MESSAGE:
+            raise RocelabError(f"--descriptor: must be {MIN_DESCRIPTOR} B..{MAX_MESSAGE >> 20} MiB "
+                               f"(got {self.descriptor})")
+        if self.ops > MAX_DESCRIPTORS:
+            raise RocelabError(f"--descriptor: {self.ops} ops of {self.piece} B; at most "
+                               f"{MAX_DESCRIPTORS} per transfer: raise --descriptor")
+
+    @property
+    def piece(self) -> int:
+        """The largest op this job posts (0: its messages whole)."""
+        pieces = [p for p in (self.descriptor, STRIPE_SLICE if self.stripe else 0) if p]
+        return min(pieces, default=0)
+
+    @property
+    def ops(self) -> int:
+        """RDMA ops (work requests) the transfer posts, without listing them."""
+        layout, piece = self.layout(), self.piece
+        if layout is None:
+            return count(self.size, min(piece or MAX_MESSAGE, MAX_MESSAGE))
+        full, last = divmod(layout.tokens, layout.tokens_per_block)
+        per_token = layout.block_bytes // layout.tokens_per_block
+        per_tensor = (full * count(layout.block_bytes, piece or layout.block_bytes)
+                      + (count(last * per_token, piece or last * per_token) if last else 0))
+        return layout.model.layers * 2 * per_tensor
 
     def layout(self) -> KvLayout | None:
         if self.kv is None:
@@ -131,11 +171,14 @@ class Job:
         return layout.total_bytes if layout else self.size
 
     def segments(self) -> list[Segment]:
+        """The RDMA ops in posting order: messages, cut to `piece` when set."""
         layout = self.layout()
         if layout:
-            return layout.segments(self.kv.get("seed", self.seed))  # type: ignore[union-attr]
-        return [Segment(off, off, min(MAX_MESSAGE, self.size - off))
-                for off in range(0, self.size, MAX_MESSAGE)]
+            whole = layout.segments(self.kv.get("seed", self.seed))  # type: ignore[union-attr]
+        else:
+            whole = [Segment(off, off, min(MAX_MESSAGE, self.size - off))
+                     for off in range(0, self.size, MAX_MESSAGE)]
+        return cut(whole, self.piece)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -27,7 +27,7 @@ from ..plan import Kind, Plan
 from ..plan.congestion import ROCE_TC
 from ..spec import LAB_NAME, LAB_RULE, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
-from . import actions, analysis, compare
+from . import actions, analysis, compare, replaying
 from .analysis import COUNTERS
 from .counters import PortCounters
 from .sampler import Sampler, pfc_snapshot
@@ -180,6 +180,8 @@ def run_fabric(exp: Experiment, topology: Path, name: str, keep: bool = False,
         plan = state.lab_plan(name)
         if not brought_up:  # a running lab may have been brought up from another topology
             check(exp, plan)
+        if exp.replay is not None:  # the trace, beside the flows and under the same actions
+            measures = [*measures, replaying.measure(exp.replay)]
         results = _execute(exp, plan, progress, measures, label)
     finally:
         if brought_up and not keep:
@@ -307,10 +309,17 @@ def check(exp: Experiment, plan: Plan) -> None:
             routers = ", ".join(n.name for n in plan.frr_nodes) or "none: fabric l2 runs no FRR"
             raise RocelabError(f"actions.{i}.vtysh.node: no router running FRR named "
                                f"{args['node']!r}; routers: {routers}")
+    _needs(exp, plan)
+
+
+def _needs(exp: Experiment, plan: Plan) -> None:
+    """Congestion actions need a congestion plane; a replay its trace, pools and shaping."""
     needs_cc = [a.kind for a in exp.actions if a.kind in ("ecn", "drain", "dcqcn")]
     if needs_cc and plan.congestion is None:
         raise RocelabError(f"experiment {exp.name}: actions {', '.join(needs_cc)} need a topology "
                            "with `congestion: enabled: true`")
+    if exp.replay is not None:
+        replaying.check(exp.replay, plan)
 
 
 def _fault_target(plan: Plan, args: dict[str, Any], field: str) -> None:

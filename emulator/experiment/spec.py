@@ -84,6 +84,49 @@ class Flow(Strict):
         return v
 
 
+class Replay(Strict):
+    """A request trace replayed during the run (docs/workloads.md): `rocelab replay`'s options."""
+
+    trace: str = Field(description="Trace file (Mooncake JSONL, or rocelab's CSV/JSONL), "
+                       "relative to the experiment file.")
+    at: Duration = Field(0.0, description="When the replay starts on the timeline (wall).")
+    model: str = "llama3-70b"
+    start: Duration = Field(0.0, alias="from", description="Start of the trace window (trace time).")
+    length: Duration | None = Field(None, alias="for", description="Window length (trace time); "
+                                    "default: to the end.")
+    placement: Literal["round-robin", "least-loaded", "prefix-affinity"] = "round-robin"
+    op: Literal["write", "read"] = "read"
+    descriptor: str | None = Field(None, description="Largest RDMA op, e.g. 16KiB (NIXL descriptors).")
+    stripe: bool = Field(False, description="64 KiB slices over the NICs, 2 QPs per NIC (Mooncake).")
+    prefix_cache: str | None = Field(None, description="Each decode host's prefix cache, e.g. 20GiB.")
+    budget: Duration | None = Field(None, description="Handoff budget, real-equivalent "
+                                    "(default: the model's decode step).")
+    time_scale: Annotated[float, Field(gt=0, le=1e6, strict=False)] = Field(
+        1.0, description="Wall seconds per trace second.")
+    inflight: Annotated[int, Field(ge=1, le=1024)] = 128
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if v not in MODELS:
+            raise ValueError(f"unknown model {v!r}; allowed: {', '.join(MODELS)}")
+        return v
+
+    @field_validator("prefix_cache", "descriptor")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_size(v, None)
+        return v
+
+    @field_validator("at", "start", "length", "budget")
+    @classmethod
+    def _durations(cls, v: str | float | None, info: ValidationInfo) -> str | float | None:
+        if v is not None:
+            parse_duration(v, None, positive=info.field_name in ("length", "budget"))
+        return v
+
+
 # Action kind -> (whom it acts on, its setting, the setting's default)
 ACTION_ARGS = {"ecn": ("node", "enabled", False), "drain": ("host", "enabled", True),
                "dcqcn": ("host", "profile", "off")}
@@ -203,6 +246,8 @@ class Experiment(Strict):
     steady_after: Duration = Field(0.0, description="Steady state starts this long after the first flow.")
     flows: Annotated[list[Flow], Field(min_length=1, description="At least one flow.")]
     actions: list[Action] = Field(default_factory=list)
+    replay: Replay | None = Field(None, description="A request trace replayed as KV handoffs "
+                                  "during the run (docs/workloads.md); results: measured.replay")
     phases: dict[str, list[str]] = Field(
         default_factory=dict, description="Named windows, each from the first start to the last "
         "end of its flows: results give each flow's mean rate and the pause frames in each.")
@@ -308,4 +353,7 @@ def load_fabrics(path: str | Path) -> tuple[Experiment, dict[str, Path]]:
             field = f"fabrics.{label}" if label else "topology"
             raise located(SpecError(str(path), field, f"no such file {topo}"), read_yaml(path)[1])
         out[label] = topo
+    if exp.replay is not None:  # the trace is read (every line checked) before anything runs
+        trace = (Path(path).parent / exp.replay.trace).resolve()
+        exp = exp.model_copy(update={"replay": exp.replay.model_copy(update={"trace": str(trace)})})
     return exp, out

@@ -35,6 +35,10 @@ def write(out: Path, results: Mapping[str, Any], plan: Plan | None) -> list[Path
     outfile.make_dir(out)
     d = data_mod.load(dict(results))
     paths = plots.draw_all(d, plan, out)
+    if d.replay:
+        from . import replay_plots
+
+        paths += replay_plots.draw(d.replay, out)
     if plan is not None:
         load = d.link_load() or None
         for suffix in ("png", "svg"):

@@ -62,6 +62,7 @@ class ReportData:
     spine_qps: dict[str, int]  # ... or QPs (flows, for experiments) that hashed onto it
     events: list[dict[str, Any]] = field(default_factory=list)
     link_bytes: dict[str, float] = field(default_factory=dict)  # "node:port" -> bytes sent
+    replay: dict[str, Any] | None = None  # a trace replay's block (report/replay.py)
 
     @property
     def spine_counts(self) -> str:
@@ -112,8 +113,9 @@ def load(results: dict[str, Any]) -> ReportData:
         paused_s=dict((results.get("pfc") or {}).get("paused_s", {})),
         spine_bytes=_spine_bytes(results.get("ports", []), results.get("link_bytes", {})),
         spine_qps=_spine_qps(results), events=results.get("events", []),
-        link_bytes=results.get("link_bytes", {}))
-    {"experiment": _experiment, "transfer": _transfer, "kv": _kv}[kind](data, results)
+        link_bytes=results.get("link_bytes", {}), replay=_replay_block(results))
+    {"experiment": _experiment, "transfer": _transfer, "kv": _kv,
+     "replay": _replay}[kind](data, results)
     rails = rail_table(results)
     if rails:
         data.tables["traffic per rail"] = rails
@@ -188,6 +190,8 @@ def _title(kind: str, r: dict[str, Any]) -> str:
         return f"{r['experiment']} on lab {r['lab']}"
     if kind == "kv":
         return f"kv: {r['aggregate']['transfers']} KV-cache handoffs on lab {r['lab']}"
+    if kind == "replay":
+        return f"replay: {r['replay']['trace']['file']} on lab {r['lab']}"
     return f"transfer: {r['op']} {r['src']} -> {r['dst']} on lab {r['lab']}"
 
 
@@ -323,6 +327,23 @@ def _kv(d: ReportData, r: dict[str, Any]) -> None:
         [str(q["request"]), f"{q['src']} -> {q['dst']}", f"{q['handoff_s']:.3f} s",
          d.real(q["handoff_s"]), _rate(q["goodput_gbps"] * 1e9),
          "ok" if q["integrity_ok"] else "FAILED"] for q in r["requests"]])
+
+
+def _replay_block(results: dict[str, Any]) -> dict[str, Any] | None:
+    """`replay --out`'s block, or an experiment's (`measured.replay`) if it finished."""
+    block = results.get("replay") or (results.get("measured") or {}).get("replay")
+    return block if block and "verdict" in block else None
+
+
+def _replay(d: ReportData, r: dict[str, Any]) -> None:
+    """`rocelab replay --out`: the headline; the verdict, plots and tables are report/replay.py's."""
+    v = r["replay"]["verdict"]
+    _common(d, v["integrity_ok"])
+    d.latencies = [q["handoff_s"] for q in r["replay"]["requests"] if not q["error"]]
+    d.latency_label = "handoff latency (real-equivalent)"
+    d.headline += [Headline("requests", f"{v['requests']} ({v['failed']} failed)"),
+                   Headline("SLO attainment", f"{v['attainment']:.1%}",
+                            f"within {v['budget_s'] * 1e3:g} ms (real-equivalent)")]
 
 
 def drop_empty(rows: list[list[str]]) -> list[list[str]]:

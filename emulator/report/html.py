@@ -67,6 +67,10 @@ def render(d: ReportData, out: Path) -> str:
         parts.append("<h2>Topology</h2><figure>" + _img(out / "topology.png", "topology") +
                      "<figcaption>Links coloured by how busy they were during the run.</figcaption>"
                      "</figure>")
+    if d.replay:
+        from .replay import html_section
+
+        parts.append(html_section(d.replay, out, _img))
     parts += plots_and_tables(out, PLOTS, d.tables)
     if d.events:
         parts.append("<h2>Events</h2>" + _table(_events(d)))

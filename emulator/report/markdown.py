@@ -21,6 +21,10 @@ def render(d: ReportData, topology: str | None = "topology.png") -> str:
     if d.dilation > 1:
         lines += [f"Durations are wall time; real-equivalent = wall / D (D = {d.dilation:g}).", ""]
     lines += _table(headline_rows(d))
+    if d.replay:
+        from .replay import markdown_lines
+
+        lines += markdown_lines(d.replay)
     for name, rows in d.tables.items():
         lines += ["", f"## {name[:1].upper() + name[1:]}", ""] + _table(rows)
     if d.events:

@@ -39,6 +39,7 @@ EXPERIMENT = str(ROOT / "experiments" / "incast.yaml")
 ROCELAB = str(Path(sys.executable).parent / "rocelab")
 NOLAB = "h3-unit-nosuchlab"  # no trace of it anywhere
 FAKE = "h3-unit-fake"  # a state file, no namespaces, no processes
+REPLAY_TRACE = str(ROOT / "tests" / "fixtures" / "replay" / "mooncake-conversation-30s.jsonl")
 IS_ROOT = os.geteuid() == 0
 
 USAGE, BAD_FILE, NOT_FOUND, ERROR = ExitCode.USAGE, ExitCode.BAD_FILE, ExitCode.NOT_FOUND, ExitCode.ERROR
@@ -182,6 +183,21 @@ CASES = [
         USAGE),
     cli(f"kv {FAKE} --max-duration -1s", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size {'9' * 400}KiB", USAGE),
+    # replay: options at parse time, then the lab, then the trace (every line) before anything moves
+    lab(f"replay {NOLAB} {REPLAY_TRACE}", NOT_FOUND),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --from -1s", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --for 1e400", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --prefix-cache -1GiB", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --budget -5ms", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --time-scale 0", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --inflight 0", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --min-attainment 101", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --placement random", USAGE),
+    cli(f"replay {FAKE} {REPLAY_TRACE} --descriptor 100", USAGE),
+    lab(f"replay {FAKE} /nonexistent/trace.jsonl", BAD_FILE),
+    lab(f"replay {FAKE} {{tmp}}", USAGE),  # a directory: click refuses it before the lab
+    lab(f"replay {FAKE} {REPLAY_TRACE} --from 1h", BAD_FILE),  # no request in the window
+    lab(f"replay {FAKE} {REPLAY_TRACE}", USAGE),  # the fake lab is unshaped: nothing to scale to
     # kv
     lab(f"kv {NOLAB}", NOT_FOUND),
     cli(f"kv {FAKE} --model nosuchmodel", USAGE),
@@ -191,6 +207,9 @@ CASES = [
     cli(f"kv {FAKE} --requests 0", USAGE),  # was silently "one per pair"
     cli(f"kv {FAKE} --concurrency 0", USAGE),
     cli(f"kv {FAKE} --qps 0", USAGE),
+    cli(f"kv {FAKE} --descriptor big", USAGE),
+    cli(f"kv {FAKE} --descriptor 100", USAGE),  # below 1 KiB: refused while parsing
+    cli(f"kv {FAKE} --descriptor 2MiB", USAGE),
     cli(f"kv {FAKE} --out /etc/hostname/report", USAGE),  # under a file: caught before running
     cli(f"kv {FAKE} --qps 65", USAGE),
     cli(f"kv {FAKE} --mtu 1000", USAGE),

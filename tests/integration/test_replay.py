@@ -1,0 +1,94 @@
+"""Trace replay end to end: the shipped Mooncake fixture replayed on clos-2x4-cc, its
+verdict, cache hits and bytes checked against the arithmetic of the pure parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from emulator.engine.kv import model
+from emulator.replay import reader
+from emulator.replay.placement import BLOCK_TOKENS, Placer
+from emulator.replay.scaling import Scale
+
+from .conftest import PREFIX, cli, make_lab
+
+TRACE = "tests/fixtures/replay/mooncake-conversation-30s.jsonl"
+WINDOW_S = 12
+
+
+@pytest.fixture(scope="module")
+def cc():
+    yield from make_lab("topologies/clos-2x4-cc.yaml", f"{PREFIX}rp")
+
+
+@pytest.fixture(scope="module")
+def replayed(cc, tmp_path_factory):
+    out = tmp_path_factory.mktemp("replay")
+    res = cli("replay", cc.name, TRACE, "--for", f"{WINDOW_S}s", "--placement", "round-robin",
+              "--prefix-cache", "20GiB", "--budget", "60s", "--min-attainment", "100",
+              "--out", str(out), "--json", timeout=300)
+    return json.loads(res.stdout) | {"out": out}
+
+
+def expected() -> tuple[int, int, list[int]]:
+    """(cached blocks, real bytes, lab bytes per request) by the pure parts, as the replay
+    must have computed them (round-robin: placement does not depend on timing)."""
+    bpt = model("llama3-70b").bytes_per_token()
+    requests = reader.read(TRACE, 0, WINDOW_S)
+    placer = Placer("round-robin", [f"prefill{i}" for i in range(1, 5)],
+                    [f"decode{i}" for i in range(1, 5)], 20 << 30, BLOCK_TOKENS * bpt)
+    placed = [placer.place(r) for r in requests]
+    scale = Scale(4000.0, 1.0)
+    return (sum(p.cached_blocks for p in placed), sum(p.tokens * bpt for p in placed),
+            [scale.wall_bytes(p.tokens * bpt) for p in placed])
+
+
+def test_every_request_is_replayed_within_a_generous_budget(replayed):
+    v = replayed["verdict"]
+    assert v["requests"] == len(reader.read(TRACE, 0, WINDOW_S)) > 20
+    assert v["failed"] == 0 and v["integrity_ok"] and v["attainment"] == 1.0
+    assert replayed["scheduler"]["max_in_flight"] >= 2  # the trace's bursts overlap
+
+
+def test_cache_hits_and_bytes_moved_match_the_arithmetic(replayed):
+    hits, real, lab = expected()
+    v = replayed["verdict"]
+    assert hits > 0 and v["cache"]["hit_blocks"] == hits  # the shared system-prompt block
+    assert v["bytes_real"] == real
+    assert [r["moved"] for r in replayed["requests"]] == lab  # what each engine moved
+    assert v["bytes_moved"] == sum(lab)
+    saved = sum(r["cached_tokens"] for r in replayed["requests"])
+    assert v["cache"]["bytes_saved"] == saved * model("llama3-70b").bytes_per_token() > 0
+
+
+def test_every_request_crossed_a_spine_and_the_scale_is_the_labs(replayed):
+    rows = [r for r in replayed["requests"] if r["moved"]]
+    assert all(r["spines"] for r in rows)
+    assert sum(replayed["verdict"]["spines"].values()) == pytest.approx(
+        sum(r["bytes_real"] for r in rows), rel=1e-6, abs=len(rows))
+    assert set(replayed["verdict"]["spines"]) <= {"spine1", "spine2"}
+    assert replayed["scale"] == {"dilation": 4000.0, "time_scale": 1.0, "size_factor": 1 / 4000}
+
+
+def test_the_report_has_the_replay_plots_and_tables(replayed):
+    out = Path(replayed["out"])
+    page = (out / "report.html").read_text()
+    for element in ("id='replay'", "id='replay-verdict'", "id='replay-missed'", "id='replay-paths'",
+                    "id='replay-handoff-cdf'", "id='replay-load'", "id='replay-spine-load'"):
+        assert element in page
+    for name in ("replay_handoff_cdf.png", "replay_load.png", "replay_spine_load.png"):
+        assert (out / name).stat().st_size > 5000
+    assert json.loads((out / "results.json").read_text())["kind"] == "replay"
+
+
+def test_attainment_below_the_minimum_exits_11(cc):
+    res = cli("replay", cc.name, TRACE, "--for", "4s", "--budget", "1us", "--min-attainment", "50",
+              "--json", check=False, timeout=120)
+    assert res.returncode == 11, res.stderr
+    assert "--min-attainment: 0.0% of requests met" in res.stderr
+    block, end = json.JSONDecoder().raw_decode(res.stdout)  # the results, then the error
+    assert block["verdict"]["attainment"] == 0.0
+    assert json.loads(res.stdout[end:])["error"]["code"] == 11
