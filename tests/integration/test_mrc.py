@@ -40,6 +40,11 @@ def test_mrc_transfer_is_byte_exact_and_sprays_over_both_spines(clos_unnumbered)
     for spine in ("spine1", "spine2"):  # one connection, both spines: the fabric's own ECMP
         assert spines[spine] >= 0.25 * total, spines
     assert res["longest_interruption_s"] >= 0.0 and res["qps"] == []
+    # the batched resolution agrees with the per-port one QPs use
+    src, dst = lab.plan.node("prefill1"), lab.plan.node("decode1")
+    evs = [p["ev"] for p in m["paths"][:6]]
+    assert forwarding.egress_ports(lab.plan, src, dst, evs) == [
+        forwarding.egress_port(lab.plan, src, dst, ev) for ev in evs]
     # the engine's stats carry the finished connection under its flow (contract 3)
     stats = client.stats(lab.plan, lab.plan.node("prefill1"))
     assert any(e["flow"] == "prefill1->decode1" and e["sacks_received"] > 0
