@@ -115,6 +115,9 @@ def test_silent_link_failure_mrc_completes_rc_suffers(clos_unnumbered):
     # RC on the same failure, its one QP hashed onto the failing spine (same run)
     sport = forwarding.sports_via(plan, src, dst, "spine1", 1)
     rc = _under_silent_failure(lab, Job(Op.WRITE, size=1 << 30, udp_sports=sport), "rc")
+    print(f"silent leaf1-spine1: MRC interruption {mrc['longest_interruption_s']} s, "
+          f"retirements {mrc['mrc']['retirements']}, resent {mrc['retransmitted_packets']}; "
+          f"RC failed={rc['failed']} interruption {rc['longest_interruption_s']} s")
     # direction only: RC waits for routing (BGP hold) and its RTO; MRC for its retirement
     assert rc["failed"] or rc["longest_interruption_s"] > mrc["longest_interruption_s"], (rc, mrc)
 
