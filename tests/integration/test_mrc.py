@@ -30,12 +30,14 @@ def _spine_bytes(res: dict[str, Any]) -> Counter[str]:
 def test_mrc_transfer_is_byte_exact_and_sprays_over_both_spines(clos_unnumbered):
     lab = clos_unnumbered
     res = json.loads(cli("transfer", lab.name, "--src", "prefill1", "--dst", "decode1",
-                         "--size", "32MiB", "--transport", "mrc", "--evs", "32", "--json",
+                         "--size", "32MiB", "--transport", "mrc", "--json",
                          timeout=300).stdout)
     assert res["transport"] == "mrc" and res["integrity_ok"] is True and not res["failed"]
     assert res["bytes"] == 32 << 20 and res["bad_icrc"] == 0
     m = res["mrc"]
-    assert m["evs_total"] == 32 and len(m["paths"]) == 32
+    # 64 EVs (the default), equal bytes each: fewer than 16 on one spine of two is 4
+    # standard deviations off a fair hash (~1e-4), so the 25 % floor below is not flaky
+    assert m["evs_total"] == 64 and len(m["paths"]) == 64
     assert sum(p["bytes"] for p in m["paths"]) >= 32 << 20
     spines = _spine_bytes(res)
     total = sum(spines.values())
