@@ -10,11 +10,12 @@ import time
 
 import click
 
-from . import congestion, dilation, engine, fabric, faults, l2, pfc, replay, rxe, scale
+from . import congestion, dilation, engine, fabric, faults, l2, mrc, pfc, replay, rxe, scale
 
 SECTIONS = {"fabric": fabric.run, "engine": engine.run, "faults": faults.run,
             "congestion": congestion.run, "l2": l2.run, "scale": scale.run,
-            "rxe": rxe.run, "dilation": dilation.run, "pfc": pfc.run, "replay": replay.run}
+            "rxe": rxe.run, "dilation": dilation.run, "pfc": pfc.run, "mrc": mrc.run,
+            "replay": replay.run}
 
 
 @click.command()

@@ -28,6 +28,8 @@ CONTROL_PORT = 18515  # perftest's default port, for the QPN/PSN/rkey/VA exchang
 DEFAULT_MTU = 4096
 ROCE_MTUS = (256, 512, 1024, 2048, 4096)  # the IB path MTUs
 ROCE_DSCP = 26  # RoCE data on DSCP 26 / TC 3 by default
+TRANSPORTS = ("rc", "mrc")
+MAX_EVS = 1024
 
 
 class QpResult(TypedDict, total=False):
@@ -70,6 +72,11 @@ class TransferResult(TypedDict, total=False):
     cnps_rx: int
     cnps_tx: int
     qps: list[QpResult]
+    transport: str  # "rc" | "mrc"
+    longest_interruption_s: float  # longest gap in placed-byte progress (wall s), RC and MRC
+    failed: bool  # the transfer did not complete (MRC: a retry limit, the deadline)
+    error: str | None
+    mrc: dict[str, Any]  # MRC only: the connection's stats entry (docs/mrc.md), paths' spines
 
 
 class Op(str, Enum):
@@ -105,8 +112,11 @@ class Job:
     ack_timeout_s: float = 0.0  # the QPs' first retransmission timeout (wall s); 0: engine's
     descriptor: int = 0  # largest RDMA op in bytes (NIXL-style descriptors); 0: whole messages
     stripe: bool = False  # 64 KiB slices over the NICs, 2 QPs per NIC (Mooncake)
+    transport: str = "rc"  # rc: RoCEv2 RC QPs; mrc: one multipath connection (docs/mrc.md)
+    evs: int = 64  # MRC: entropy values per plane
 
     def __post_init__(self) -> None:
+        self._check_transport()
         if not 1 <= self.qps <= 64:
             raise RocelabError(f"--qps: must be 1..64 (got {self.qps})")
         if self.udp_sports and (len(self.udp_sports) != self.qps
@@ -131,6 +141,10 @@ class Job:
         if self.descriptor and not MIN_DESCRIPTOR <= self.descriptor <= MAX_MESSAGE:
             raise RocelabError(f"--descriptor: must be {MIN_DESCRIPTOR} B..{MAX_MESSAGE >> 20} MiB "
                                f"(got {self.descriptor})")
+        if self.transport == "mrc" and (self.descriptor or self.stripe):
+            what = "--descriptor" if self.descriptor else "--stripe"
+            raise RocelabError(f"{what}: RC only; an MRC connection sprays whole messages "
+                               "over its EVs and planes itself")
         if self.ops > MAX_DESCRIPTORS:
             raise RocelabError(f"--descriptor: {self.ops} ops of {self.piece} B; at most "
                                f"{MAX_DESCRIPTORS} per transfer: raise --descriptor")
@@ -152,6 +166,15 @@ class Job:
         per_tensor = (full * count(layout.block_bytes, piece or layout.block_bytes)
                       + (count(last * per_token, piece or last * per_token) if last else 0))
         return layout.model.layers * 2 * per_tensor
+
+    def _check_transport(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise RocelabError(f"--transport: must be one of {', '.join(TRANSPORTS)} "
+                               f"(got {self.transport!r})")
+        if not 1 <= self.evs <= MAX_EVS:
+            raise RocelabError(f"--evs: must be 1..{MAX_EVS} (got {self.evs})")
+        if self.transport == "mrc" and self.op is not Op.WRITE:
+            raise RocelabError("--transport mrc: RDMA WRITE only (MRC has no READ): use --op write")
 
     def layout(self) -> KvLayout | None:
         if self.kv is None:
