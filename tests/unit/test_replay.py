@@ -208,3 +208,48 @@ def test_prefix_affinity_leaves_a_busy_host_when_the_prefix_saves_less_than_its_
     assert p.place(Request(1, 0, 2048, 1, (0, 5, 6, 7))).decode == "d1"
     load["d1"] = 10 * BLOCK_TOKENS * bpt  # far busier than the prefix is worth
     assert p.place(Request(2, 0, 2048, 1, (0, 8, 9, 10))).decode == "d2"
+
+
+# --- an experiment's replay: ---------------------------------------------------------------
+
+
+def _experiment(tmp_path, replay: str) -> Path:
+    (tmp_path / "t.jsonl").write_text(line(0) + "\n" + line(1000) + "\n")
+    path = tmp_path / "e.yaml"
+    path.write_text(f"name: e\ntopology: {Path('topologies/clos-2x4-cc.yaml').resolve()}\n"
+                    "flows: [{name: f, src: prefill1, dst: decode1, size: 1MiB}]\n" + replay)
+    return path
+
+
+def test_an_experiments_replay_resolves_its_trace_beside_the_file(tmp_path):
+    from emulator.experiment.spec import load
+
+    exp, _ = load(_experiment(tmp_path, "replay: {trace: t.jsonl, for: 10s, prefix_cache: 20GiB}"))
+    assert exp.replay is not None and exp.replay.trace == str(tmp_path / "t.jsonl")
+    assert exp.replay.length == "10s" and exp.replay.placement == "round-robin"
+
+
+@pytest.mark.parametrize("replay, problem", [
+    ("replay: {trace: t.jsonl, model: gpt5}", "unknown model 'gpt5'"),
+    ("replay: {trace: t.jsonl, for: 0s}", "replay.for"),
+    ("replay: {trace: t.jsonl, placement: random}", "replay.placement"),
+    ("replay: {trace: t.jsonl, prefix_cache: lots}", "replay.prefix_cache"),
+    ("replay: {trace: t.jsonl, tokens: 5}", "replay.tokens"),
+])
+def test_a_bad_replay_section_is_a_spec_error_naming_the_key(tmp_path, replay, problem):
+    from emulator.errors import SpecError
+    from emulator.experiment.spec import load
+
+    with pytest.raises(SpecError) as e:
+        load(_experiment(tmp_path, replay))
+    assert problem in str(e.value), str(e.value)
+
+
+def test_an_experiments_trace_is_read_before_anything_runs(tmp_path):
+    from emulator.experiment import replaying
+    from emulator.experiment.spec import load
+    from emulator.lab import load_topology
+
+    exp, topo = load(_experiment(tmp_path, "replay: {trace: t.jsonl, from: 1h}"))
+    with pytest.raises(TraceError, match="replay: .*no request in the window"):
+        replaying.check(exp.replay, load_topology(topo)[1])
