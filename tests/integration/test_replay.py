@@ -102,6 +102,7 @@ def test_an_experiment_replays_the_trace_under_its_fault(cc, tmp_path):
     exp = yaml.safe_load(Path("experiments/trace-replay.yaml").read_text())
     exp["replay"] |= {"for": "10s", "budget": "60s",
                       "trace": str(Path("traces/mooncake-conversation-excerpt.jsonl").resolve())}
+    exp["topology"] = str(Path("topologies/clos-2x4-cc.yaml").resolve())
     exp["actions"] = [{"at": "3s", "fault": {"fail": "link", "a": "leaf1", "b": "spine1"}},
                       {"at": "6s", "fault": {"heal": "link", "a": "leaf1", "b": "spine1"}}]
     exp["expect"] = ["measured.replay_failed == 0", "measured.replay_attainment == 1",
