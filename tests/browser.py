@@ -31,7 +31,8 @@ window.addEventListener('load', () => {
   const out = {
     title: document.title,
     imgs: [...document.images].map(i => ({alt: i.alt, natural: [i.naturalWidth, i.naturalHeight],
-                                          shown: box(i), complete: i.complete})),
+                                          shown: box(i), complete: i.complete,
+                                          figure: (i.closest('figure') || {}).id || ''})),
     tables: [...document.querySelectorAll('table')].map(t => ({
       id: t.id, cls: t.className, rows: t.rows.length, shown: box(t),
       heads: [...t.querySelectorAll('th')].map(c => c.textContent.trim()),

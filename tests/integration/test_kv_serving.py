@@ -21,6 +21,7 @@ from emulator.engine.job import Job, Op, digest, source_bytes
 from .conftest import PREFIX, cli, make_lab
 
 running = contextlib.contextmanager(make_lab)
+pytestmark = pytest.mark.timeout(600)  # a lab comes up inside the first test
 KV_ARGS = ("--model", "llama3-8b", "--tokens", "64", "--pairs", "prefill1:decode1")  # 8 MiB
 
 

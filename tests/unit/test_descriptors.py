@@ -108,6 +108,22 @@ def test_feeder_posts_in_batches_within_the_send_queue_depth():
     assert Counter(q for _, q in posted) == {0: 500, 1: 500}
 
 
+@pytest.mark.parametrize("total", [1, 8, BATCH - 1, BATCH + 1])
+def test_feeder_posts_a_short_list_at_once(total):
+    posted: list[int] = []
+    feeder = Feeder(total, 1, lambda i, q: posted.append(i), lambda i: 0, lambda: 0, depth=total)
+    feeder.tick()  # depth = the list (whole messages): everything goes out in the first tick
+    assert posted == list(range(total)) and feeder.finished
+
+
+def test_feeder_posts_the_short_last_batch_when_there_is_room_for_it():
+    posted: list[int] = []
+    feeder = Feeder(40, 1, lambda i, q: posted.append(i), lambda i: 0, lambda: max(0, len(posted) - 20),
+                    depth=32)
+    feeder.tick()
+    assert len(posted) == 40  # 32, then (12 done, 20 outstanding) the last 8 fit
+
+
 def test_job_round_trips_its_new_fields():
     job = Job(Op.READ, kv=KV_8B, descriptor=16 << 10, stripe=True)
     assert Job.from_json(job.to_json()) == job
