@@ -253,3 +253,26 @@ def test_an_experiments_trace_is_read_before_anything_runs(tmp_path):
     exp, topo = load(_experiment(tmp_path, "replay: {trace: t.jsonl, from: 1h}"))
     with pytest.raises(TraceError, match="replay: .*no request in the window"):
         replaying.check(exp.replay, load_topology(topo)[1])
+
+
+# --- the report's replay section ---------------------------------------------------------
+
+
+def test_the_report_section_has_every_identified_plot_and_table(tmp_path):
+    from emulator.report import replay as section
+    from emulator.report import replay_plots
+
+    table = [row(0, 0.010), row(1, 0.400, busy_at_start=2), row(2, 0.020, rails=[0, 1])]
+    block = {"verdict": verdict.summarize(table, 0.050, 100), "requests": table,
+             "scheduler": {"lateness_p99_s": 0.001, "overhead_share": 0.01, "max_in_flight": 2},
+             "scale": {"dilation": 4000.0, "time_scale": 1.0, "size_factor": 0.00025},
+             "budget_default": False}
+    paths = replay_plots.draw(block, tmp_path)
+    assert [p.name for p in paths] == list(section.PLOTS)
+    page = section.html_section(block, tmp_path, lambda p, alt: f"<img alt='{alt}' src='{p.name}'>")
+    for fid, _, _ in section.PLOTS.values():
+        assert f"<figure id='{fid}'>" in page
+    for tid in ("replay-verdict", "replay-paths", "replay-missed"):
+        assert f"<table id='{tid}' class='replay'>" in page
+    assert "<td>1</td>" in page and "waited behind others: 2 in flight" in page  # the miss, why
+    assert "rail 1" in page and "| 1 | 400.00 ms |" in "\n".join(section.markdown_lines(block))
