@@ -175,8 +175,8 @@ class Scheduler:
         try:
             rec.result = dict(client.transfer(self.plan, self.hosts[p.prefill],
                                               self.hosts[p.decode], job))
-        except RocelabError as e:
-            rec.error = str(e)
+        except (RocelabError, OSError) as e:  # an engine gone: this request failed, not the run
+            rec.error = str(e) or type(e).__name__
         rec.end_s = time.monotonic() - self.t0
         with self._lock:
             for h in (p.prefill, p.decode):
