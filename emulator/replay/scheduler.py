@@ -129,8 +129,8 @@ class Scheduler:
                 rec.dispatch_s = time.monotonic() - self.t0
                 if rec.wall_bytes:
                     pool.submit(self._one, rec)
-                else:  # the whole prompt was cached: nothing crosses the fabric
-                    rec.start_s = rec.end_s = time.monotonic() - self.t0
+                else:  # the whole prompt was cached: nothing crosses, nothing to wait for
+                    rec.start_s = rec.end_s = due
                     self._finish(rec)
             self.dispatch_cpu_s = time.thread_time() - d0
         self.wall_s = time.monotonic() - self.t0

@@ -276,3 +276,48 @@ def test_the_report_section_has_every_identified_plot_and_table(tmp_path):
         assert f"<table id='{tid}' class='replay'>" in page
     assert "<td>1</td>" in page and "waited behind others: 2 in flight" in page  # the miss, why
     assert "rail 1" in page and "| 1 | 400.00 ms |" in "\n".join(section.markdown_lines(block))
+
+
+# --- the scheduler, on a fake engine -----------------------------------------------------
+
+
+def test_the_scheduler_issues_every_request_and_accounts_for_it(monkeypatch):
+    import threading
+
+    from emulator.errors import EngineError
+    from emulator.lab import load_topology
+    from emulator.replay import scheduler as sched_mod
+    from emulator.replay.scheduler import Options, Scheduler
+
+    plan = load_topology("topologies/clos-2x4-cc.yaml")[1]
+    both = threading.Barrier(2, timeout=30)  # the first two run at once, or the test fails
+    calls = []
+
+    def transfer(plan, src, dst, job, progress=None):
+        calls.append((src.name, dst.name, job.size, job.op.value))
+        if len(calls) <= 2:
+            both.wait()
+        if job.seed == 4:  # request 3
+            raise EngineError(f"{dst.name}: transfer failed: retry limit")
+        return {"bytes": job.size, "duration_s": 0.01, "integrity_ok": True,
+                "qps": [{"spine": "spine1", "rail": None}]}
+
+    monkeypatch.setattr(sched_mod.client, "transfer", transfer)
+    monkeypatch.setattr(sched_mod, "ensure", lambda plan, hosts: None)
+    reqs = [Request(0, 0, 1024, 1, (1, 2)), Request(1, 0, 1024, 1, (3, 4)),
+            Request(2, 1, 512, 1, (7,)), Request(3, 2, 600, 1, (5, 6)),
+            Request(4, 3, 1024, 1, (1, 2))]  # round-robin: decode1 again, which holds it all
+    s = Scheduler(plan, reqs, Options(placement="round-robin", cache_bytes=1 << 30, time_scale=0.01))
+    records = s.run()
+    bpt = model("llama3-70b").bytes_per_token()
+    assert [r.placed.request.index for r in records] == [0, 1, 2, 3, 4]
+    assert [r.real_bytes for r in records] == [1024 * bpt, 1024 * bpt, 512 * bpt, 600 * bpt, 0]
+    assert [r.wall_bytes for r in records] == [s.scale.wall_bytes(r.real_bytes) for r in records]
+    assert records[4].placed.decode == "decode1" and records[4].placed.cached_blocks == 2
+    assert len(calls) == 4 and s.max_inflight >= 2  # the cached prompt moved nothing
+    assert all(op == "read" for *_, op in calls) and calls[0][:2] == ("prefill1", "decode1")
+    assert records[3].error and "retry limit" in records[3].error
+    assert all(v == 0 for v in s._outstanding.values())  # every byte accounted back
+    table = verdict.rows(records, s.scale, {h: 400e9 for h in s.hosts})
+    assert [r["error"] is None for r in table] == [True, True, True, False, True]
+    assert table[4]["handoff_s"] == 0.0 and table[4]["moved"] == 0
