@@ -129,8 +129,8 @@ class Scheduler:
                 rec.dispatch_s = time.monotonic() - self.t0
                 if rec.wall_bytes:
                     pool.submit(self._one, rec)
-                else:  # the whole prompt was cached: nothing crosses the fabric
-                    rec.start_s = rec.end_s = time.monotonic() - self.t0
+                else:  # the whole prompt was cached: nothing crosses, nothing to wait for
+                    rec.start_s = rec.end_s = due
                     self._finish(rec)
             self.dispatch_cpu_s = time.thread_time() - d0
         self.wall_s = time.monotonic() - self.t0
@@ -175,8 +175,8 @@ class Scheduler:
         try:
             rec.result = dict(client.transfer(self.plan, self.hosts[p.prefill],
                                               self.hosts[p.decode], job))
-        except RocelabError as e:
-            rec.error = str(e)
+        except (RocelabError, OSError) as e:  # an engine gone: this request failed, not the run
+            rec.error = str(e) or type(e).__name__
         rec.end_s = time.monotonic() - self.t0
         with self._lock:
             for h in (p.prefill, p.decode):

@@ -216,7 +216,8 @@ def latency_cdf(d: ReportData, path: Path) -> Path:
     ax.set_title(f"CDF of {d.latency_label or 'completion time'}")
     values = sorted(v for v in d.latencies if v)
     if not values:
-        _empty(ax, "no completed flows")
+        _empty(ax, "handoffs: see the trace replay's CDF (real-equivalent)" if d.kind == "replay"
+               else "no completed flows")
         return _save(fig, path)
     ys = [(i + 1) / len(values) for i in range(len(values))]
     ax.step([values[0] * 0.98] + values, [0.0] + ys, where="post", color=PALETTE[0], lw=1.8)

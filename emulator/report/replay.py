@@ -53,7 +53,9 @@ TITLES = {"replay-verdict": "Replay verdict", "replay-paths": "Load per spine an
 
 def html_section(block: dict[str, Any], out: Path, img: Any) -> str:
     """section#replay: the verdict, the plots, the tables (`img(path, alt)` inlines a picture)."""
-    parts = ["<section id='replay'><h2>Trace replay</h2>"]
+    parts = ["<section id='replay'><h2>Trace replay</h2><p class='note'>Every time in this "
+             "section is real-equivalent (wall time / the replay's time scale; bytes are the "
+             "trace's, the lab moved them scaled: docs/workloads.md).</p>"]
     for tid, rows in tables(block).items():
         head, *body = rows
         parts.append(f"<h3>{html.escape(TITLES[tid])}</h3><table id='{tid}' class='replay'><tr>" +
@@ -69,7 +71,8 @@ def html_section(block: dict[str, Any], out: Path, img: Any) -> str:
 
 
 def markdown_lines(block: dict[str, Any]) -> list[str]:
-    lines = ["", "## Trace replay", ""]
+    lines = ["", "## Trace replay", "", "Every time in this section is real-equivalent (wall time / "
+             "the replay's time scale; bytes are the trace's, the lab moved them scaled).", ""]
     for tid, rows in tables(block).items():
         head, *body = rows
         lines += ["", f"### {TITLES[tid]}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -3,10 +3,12 @@ verdict, cache hits and bytes checked against the arithmetic of the pure parts."
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from emulator.engine.kv import model
 from emulator.replay import reader
@@ -92,3 +94,53 @@ def test_attainment_below_the_minimum_exits_11(cc):
     block, end = json.JSONDecoder().raw_decode(res.stdout)  # the results, then the error
     assert block["verdict"]["attainment"] == 0.0
     assert json.loads(res.stdout[end:])["error"]["code"] == 11
+
+
+def test_an_experiment_replays_the_trace_under_its_fault(cc, tmp_path):
+    """experiments/trace-replay.yaml, shortened, with a budget no request can miss: the
+    replay runs on the timeline beside its flow, the link fails and heals under it, every
+    request completes intact and the expect lines see measured.replay."""
+    exp = yaml.safe_load(Path("experiments/trace-replay.yaml").read_text())
+    exp["replay"] |= {"for": "10s", "budget": "60s",
+                      "trace": str(Path("traces/mooncake-conversation-excerpt.jsonl").resolve())}
+    exp["topology"] = str(Path("topologies/clos-2x4-cc.yaml").resolve())
+    exp["actions"] = [{"at": "3s", "fault": {"fail": "link", "a": "leaf1", "b": "spine1"}},
+                      {"at": "6s", "fault": {"heal": "link", "a": "leaf1", "b": "spine1"}}]
+    exp["expect"] = ["measured.replay_failed == 0", "measured.replay_attainment == 1",
+                     "measured.replay.verdict.integrity_ok"]
+    path = tmp_path / "trace-replay.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    cli("run", str(path), "--name", cc.name, "--keep", "--out", str(tmp_path / "out"), timeout=300)
+    r = json.loads((tmp_path / "out" / "results.json").read_text())
+    block = r["measured"]["replay"]
+    assert block["verdict"]["requests"] == len(reader.read(exp["replay"]["trace"], 0, 10)) > 10
+    assert [e["action"] for e in r["events"] if e["kind"] == "fault"] == ["fail", "heal"]
+    assert all(e["ok"] for e in r["expectations"])
+    fail_t = next(e["t_s"] for e in r["events"] if e.get("action") == "fail")
+    assert any(q["start_s"] - 1 <= fail_t <= q["end_s"] + 1 for q in block["requests"])  # under it
+    assert "id='replay-verdict'" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_striped_replay_on_a_shaped_rail_fabric_loads_every_rail(tmp_path):
+    """rail-4x8 shaped like clos-2x4-cc: a replay with --stripe moves each handoff in
+    64 KiB slices over the 4 NICs, and every rail's NICs (kernel counters) carry about a
+    quarter of what the prefill hosts sent."""
+    topo = yaml.safe_load(Path("topologies/rail-4x8.yaml").read_text())
+    topo["congestion"] = yaml.safe_load(Path("topologies/clos-2x4-cc.yaml").read_text())["congestion"]
+    path = tmp_path / "rail-4x8-cc.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    with contextlib.contextmanager(make_lab)(str(path), f"{PREFIX}rrail") as lab:
+        cli("replay", lab.name, TRACE, "--for", "1s", "--op", "write", "--budget", "60s",
+            timeout=300)  # engines up, neighbours resolved
+        before = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
+        res = cli("replay", lab.name, TRACE, "--for", "6s", "--op", "write", "--stripe",
+                  "--time-scale", "4", "--budget", "60s", "--json", timeout=300)
+        after = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
+    block = json.loads(res.stdout)
+    moved = [r for r in block["requests"] if r["moved"]]
+    assert block["verdict"]["failed"] == 0 and moved
+    assert all(r["rails"] == [0, 1, 2, 3] for r in moved)  # 2 QPs on each NIC
+    assert sorted(block["verdict"]["rails"]) == ["0", "1", "2", "3"]
+    sent = {rail: after[rail] - before.get(rail, 0) for rail in after}
+    quarter = sum(r["moved"] for r in moved) / 4
+    assert all(0.75 * quarter < sent[rail] < 1.5 * quarter for rail in range(4)), (sent, quarter)

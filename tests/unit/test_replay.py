@@ -208,3 +208,116 @@ def test_prefix_affinity_leaves_a_busy_host_when_the_prefix_saves_less_than_its_
     assert p.place(Request(1, 0, 2048, 1, (0, 5, 6, 7))).decode == "d1"
     load["d1"] = 10 * BLOCK_TOKENS * bpt  # far busier than the prefix is worth
     assert p.place(Request(2, 0, 2048, 1, (0, 8, 9, 10))).decode == "d2"
+
+
+# --- an experiment's replay: ---------------------------------------------------------------
+
+
+def _experiment(tmp_path, replay: str) -> Path:
+    (tmp_path / "t.jsonl").write_text(line(0) + "\n" + line(1000) + "\n")
+    path = tmp_path / "e.yaml"
+    path.write_text(f"name: e\ntopology: {Path('topologies/clos-2x4-cc.yaml').resolve()}\n"
+                    "flows: [{name: f, src: prefill1, dst: decode1, size: 1MiB}]\n" + replay)
+    return path
+
+
+def test_an_experiments_replay_resolves_its_trace_beside_the_file(tmp_path):
+    from emulator.experiment.spec import load
+
+    exp, _ = load(_experiment(tmp_path, "replay: {trace: t.jsonl, for: 10s, prefix_cache: 20GiB}"))
+    assert exp.replay is not None and exp.replay.trace == str(tmp_path / "t.jsonl")
+    assert exp.replay.length == "10s" and exp.replay.placement == "round-robin"
+
+
+@pytest.mark.parametrize("replay, problem", [
+    ("replay: {trace: t.jsonl, model: gpt5}", "unknown model 'gpt5'"),
+    ("replay: {trace: t.jsonl, for: 0s}", "replay.for"),
+    ("replay: {trace: t.jsonl, placement: random}", "replay.placement"),
+    ("replay: {trace: t.jsonl, prefix_cache: lots}", "replay.prefix_cache"),
+    ("replay: {trace: t.jsonl, tokens: 5}", "replay.tokens"),
+])
+def test_a_bad_replay_section_is_a_spec_error_naming_the_key(tmp_path, replay, problem):
+    from emulator.errors import SpecError
+    from emulator.experiment.spec import load
+
+    with pytest.raises(SpecError) as e:
+        load(_experiment(tmp_path, replay))
+    assert problem in str(e.value), str(e.value)
+
+
+def test_an_experiments_trace_is_read_before_anything_runs(tmp_path):
+    from emulator.experiment import replaying
+    from emulator.experiment.spec import load
+    from emulator.lab import load_topology
+
+    exp, topo = load(_experiment(tmp_path, "replay: {trace: t.jsonl, from: 1h}"))
+    with pytest.raises(TraceError, match="replay: .*no request in the window"):
+        replaying.check(exp.replay, load_topology(topo)[1])
+
+
+# --- the report's replay section ---------------------------------------------------------
+
+
+def test_the_report_section_has_every_identified_plot_and_table(tmp_path):
+    from emulator.report import replay as section
+    from emulator.report import replay_plots
+
+    table = [row(0, 0.010), row(1, 0.400, busy_at_start=2), row(2, 0.020, rails=[0, 1])]
+    block = {"verdict": verdict.summarize(table, 0.050, 100), "requests": table,
+             "scheduler": {"lateness_p99_s": 0.001, "overhead_share": 0.01, "max_in_flight": 2},
+             "scale": {"dilation": 4000.0, "time_scale": 1.0, "size_factor": 0.00025},
+             "budget_default": False}
+    paths = replay_plots.draw(block, tmp_path)
+    assert [p.name for p in paths] == list(section.PLOTS)
+    page = section.html_section(block, tmp_path, lambda p, alt: f"<img alt='{alt}' src='{p.name}'>")
+    for fid, _, _ in section.PLOTS.values():
+        assert f"<figure id='{fid}'>" in page
+    for tid in ("replay-verdict", "replay-paths", "replay-missed"):
+        assert f"<table id='{tid}' class='replay'>" in page
+    assert "<td>1</td>" in page and "waited behind others: 2 in flight" in page  # the miss, why
+    assert "rail 1" in page and "| 1 | 400.00 ms |" in "\n".join(section.markdown_lines(block))
+
+
+# --- the scheduler, on a fake engine -----------------------------------------------------
+
+
+def test_the_scheduler_issues_every_request_and_accounts_for_it(monkeypatch):
+    import threading
+
+    from emulator.errors import EngineError
+    from emulator.lab import load_topology
+    from emulator.replay import scheduler as sched_mod
+    from emulator.replay.scheduler import Options, Scheduler
+
+    plan = load_topology("topologies/clos-2x4-cc.yaml")[1]
+    both = threading.Barrier(2, timeout=30)  # the first two run at once, or the test fails
+    calls = []
+
+    def transfer(plan, src, dst, job, progress=None):
+        calls.append((src.name, dst.name, job.size, job.op.value))
+        if len(calls) <= 2:
+            both.wait()
+        if job.seed == 4:  # request 3
+            raise EngineError(f"{dst.name}: transfer failed: retry limit")
+        return {"bytes": job.size, "duration_s": 0.01, "integrity_ok": True,
+                "qps": [{"spine": "spine1", "rail": None}]}
+
+    monkeypatch.setattr(sched_mod.client, "transfer", transfer)
+    monkeypatch.setattr(sched_mod, "ensure", lambda plan, hosts: None)
+    reqs = [Request(0, 0, 1024, 1, (1, 2)), Request(1, 0, 1024, 1, (3, 4)),
+            Request(2, 1, 512, 1, (7,)), Request(3, 2, 600, 1, (5, 6)),
+            Request(4, 3, 1024, 1, (1, 2))]  # round-robin: decode1 again, which holds it all
+    s = Scheduler(plan, reqs, Options(placement="round-robin", cache_bytes=1 << 30, time_scale=0.01))
+    records = s.run()
+    bpt = model("llama3-70b").bytes_per_token()
+    assert [r.placed.request.index for r in records] == [0, 1, 2, 3, 4]
+    assert [r.real_bytes for r in records] == [1024 * bpt, 1024 * bpt, 512 * bpt, 600 * bpt, 0]
+    assert [r.wall_bytes for r in records] == [s.scale.wall_bytes(r.real_bytes) for r in records]
+    assert records[4].placed.decode == "decode1" and records[4].placed.cached_blocks == 2
+    assert len(calls) == 4 and s.max_inflight >= 2  # the cached prompt moved nothing
+    assert all(op == "read" for *_, op in calls) and calls[0][:2] == ("prefill1", "decode1")
+    assert records[3].error and "retry limit" in records[3].error
+    assert all(v == 0 for v in s._outstanding.values())  # every byte accounted back
+    table = verdict.rows(records, s.scale, {h: 400e9 for h in s.hosts})
+    assert [r["error"] is None for r in table] == [True, True, True, False, True]
+    assert table[4]["handoff_s"] == 0.0 and table[4]["moved"] == 0
