@@ -14,7 +14,7 @@ from .evidence import Evidence
 from .rules import Finding, Severity
 
 KINDS = ("pause-storm", "ecn-off", "dcqcn-off-host", "ecmp-collision", "congested-spine",
-         "routing", "gray-link", "lossless-drops", "mtu-mismatch")
+         "routing", "gray-link", "lossless-drops", "mtu-mismatch", "path-imbalance")
 
 
 def diagnose(ev: Evidence, flow: str | None = None, src: str | None = None,
