@@ -2,9 +2,12 @@
 turned back into the stats entries a run records (docs/mrc.md), with each path's spine
 resolved the way a transfer's result resolves it (forwarding.egress_port on the EV).
 
-Each end of a connection reports it; the sender's entry (node == src) is the one whose
-paths carry the sprayed bytes, so it is kept when both are there. Path bytes are what
-the window added; EV states are their value at its end.
+Each end of a connection reports it under its own id; the sender's entry (node == src)
+is the one whose paths carry the sprayed bytes, so a flow's receivers' entries are left
+out when its sender reports. Path bytes are what
+the window added; EV states are their value at its end. The engine's "finished" entries
+(each flow's ended connections summed, without paths) are left out: their EV states are
+history, not the window's.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ..metrics.snapshot import Metrics, labels_of
 from ..plan import Plan
 
 MAX_LOOKUPS = 512  # `ip route get` calls one live diagnose spends on EV spines
+FINISHED = "finished"  # the engine's id for the summed finished connections of a flow
 STATE_CODES = {0: "unknown", 1: "good", 2: "assumed_bad", 3: "denied"}  # engine_mrc.PATH_STATE
 
 
@@ -52,14 +56,11 @@ def _conn(d: dict[str, str]) -> dict[str, Any]:
 
 
 def _senders(conns: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per connection: the sender's if it reported, else the other end's."""
-    best: dict[str, dict[str, Any]] = {}
-    for (node, cid), c in sorted(conns.items()):
-        if not c["src"]:  # a path-only series: the connection's labels live on the others
-            continue
-        if cid not in best or node == c["src"]:
-            best[cid] = c
-    return list(best.values())
+    """The senders' entries (node == src: each end has its own connection id, and the
+    receiver's has no EVs); a flow whose sender does not report keeps its other end's."""
+    cs = [c for (_, cid), c in sorted(conns.items()) if c["src"] and cid != FINISHED]
+    sending = {c["flow"] for c in cs if c["node"] == c["src"]}
+    return [c for c in cs if c["node"] == c["src"] or c["flow"] not in sending]
 
 
 def resolve_spines(plan: Plan, conns: list[dict[str, Any]]) -> None:

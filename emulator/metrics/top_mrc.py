@@ -4,7 +4,7 @@ TRIM NACKs and how evenly it sprays (the busiest and the idlest path's share of 
 Pure, like top.py: rows from two scrapes' Index (the rocelab_mrc_* series of the engine
 collector), and the rich panel. Shares are of the bytes sprayed between the two scrapes
 when there are two and the connection moved data, else of the bytes since it started.
-One row per connection: the sender's view (node == src) when both ends report it.
+One row per connection: the sender's (each end reports its own, with its own id).
 """
 
 from __future__ import annotations
@@ -43,59 +43,62 @@ class MrcRow:
 
 
 def rows(p: Index | None, c: Index) -> list[MrcRow]:
-    conns: dict[tuple[str, str], dict[str, str]] = {}
-    states: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    conns: dict[tuple[str, str, str], dict[str, str]] = {}
+    states: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
     for key, v in c.get("rocelab_mrc_evs").items():
         d = dict(key)
-        conns[(d["node"], d["conn"])] = d
-        states[(d["node"], d["conn"])][d["state"]] = v
+        k = (d["node"], d["conn"], d.get("flow", ""))
+        conns[k] = d
+        states[k][d["state"]] = v
     out = []
-    for (node, cid), d in _senders(conns).items():
-        k = (node, cid)
+    for k in _senders(conns):
         st = states[k]
-        share = _shares(p, c, node, cid)
+        share = _shares(p, c, k)
         out.append(MrcRow(
-            node, cid, d.get("flow", ""), int(st.get("good", 0)),
-            int(sum(st.get(s, 0) for s in RETIRED)),
-            int(_one(c, "rocelab_mrc_evs_configured", node, cid) or sum(st.values())),
-            _one(c, "rocelab_mrc_ev_retirements_total", node, cid),
-            _one(c, "rocelab_mrc_trim_nacks_sent_total", node, cid)
-            + _one(c, "rocelab_mrc_trim_nacks_received_total", node, cid),
+            k[0], k[1], k[2], int(st.get("good", 0)), int(sum(st.get(s, 0) for s in RETIRED)),
+            int(_one(c, "rocelab_mrc_evs_configured", k) or sum(st.values())),
+            _one(c, "rocelab_mrc_ev_retirements_total", k),
+            _one(c, "rocelab_mrc_trim_nacks_sent_total", k)
+            + _one(c, "rocelab_mrc_trim_nacks_received_total", k),
             max(share.items(), key=lambda kv: kv[1]) if share else None,
             min(share.items(), key=lambda kv: kv[1]) if share else None, len(share)))
     out.sort(key=lambda r: (-r.retired, r.flow, r.conn))
     return out[:ROWS]
 
 
-def _senders(conns: dict[tuple[str, str], dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
-    best: dict[str, tuple[str, str]] = {}
-    for (node, cid), d in sorted(conns.items()):
-        if cid not in best or node == d.get("src"):
-            best[cid] = (node, cid)
-    return {k: conns[k] for k in sorted(best.values())}
+def _senders(conns: dict[tuple[str, str, str], dict[str, str]]
+             ) -> list[tuple[str, str, str]]:
+    """The senders' entries (node == src: each end has its own connection id, and the
+    receiver's has no EVs); a flow whose sender does not report keeps its other end's."""
+    sending = {d.get("flow", "") for (node, _, _), d in conns.items() if node == d.get("src")}
+    return sorted(k for k, d in conns.items() if k[0] == d.get("src") or k[2] not in sending)
 
 
-def _one(c: Index, name: str, node: str, cid: str) -> float:
-    return sum(v for key, v in c.get(name).items()
-               if dict(key).get("node") == node and dict(key).get("conn") == cid)
+def _mine(key: tuple[tuple[str, str], ...], k: tuple[str, str, str]) -> bool:
+    d = dict(key)
+    return (d.get("node"), d.get("conn"), d.get("flow", "")) == k
 
 
-def _shares(p: Index | None, c: Index, node: str, cid: str) -> dict[str, float]:
+def _one(c: Index, name: str, k: tuple[str, str, str]) -> float:
+    return sum(v for key, v in c.get(name).items() if _mine(key, k))
+
+
+def _shares(p: Index | None, c: Index, k: tuple[str, str, str]) -> dict[str, float]:
     """Each EV's share of the connection's bytes: between the scrapes when it moved data
     in between, else since it started."""
-    now = _path_bytes(c, node, cid)
-    before = _path_bytes(p, node, cid) if p is not None else {}
+    now = _path_bytes(c, k)
+    before = _path_bytes(p, k) if p is not None else {}
     moved = {ev: max(0.0, b - before.get(ev, 0.0)) for ev, b in now.items()}
     use = moved if before and sum(moved.values()) > 0 else now
     total = sum(use.values())
     return {ev: b / total for ev, b in use.items()} if total else {}
 
 
-def _path_bytes(c: Index, node: str, cid: str) -> dict[str, float]:
+def _path_bytes(c: Index, k: tuple[str, str, str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, v in c.get("rocelab_mrc_path_bytes_total").items():
         d = dict(key)
-        if d.get("node") == node and d.get("conn") == cid:
+        if _mine(key, k):
             ev = d["ev"] if d.get("plane", "0") == "0" else f"{d['ev']}/p{d['plane']}"
             out[ev] = out.get(ev, 0.0) + v
     return out

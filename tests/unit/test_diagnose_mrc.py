@@ -144,3 +144,10 @@ def test_diagnose_results_exits_with_findings(tmp_path):
     assert [f["kind"] for f in json.loads(out.output)["findings"]] == ["path-imbalance"]
     path.write_text(json.dumps(dict(results, flows=[flow(conn())])))
     assert CliRunner().invoke(main, ["diagnose", "--results", str(path)]).exit_code == 0
+
+
+def test_live_leaves_finished_sums_out():
+    """A real engine's reply: only the live connection, the sender's side, with its paths."""
+    raw = json.loads((Path(__file__).parent / "fixtures" / "mrc" / "engine-stats.json").read_text())
+    [c] = from_metrics(scraped(raw))
+    assert (c["conn"], c["node"], c["evs_total"], len(c["paths"])) == ("0x7ca", "prefill2", 16, 16)

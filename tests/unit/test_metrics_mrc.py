@@ -87,3 +87,18 @@ def test_every_mrc_series_is_documented(fams):
     doc = Path("docs/telemetry.md").read_text()
     missing = [name for name in fams if name.startswith("rocelab_mrc_") and f"`{name}`" not in doc]
     assert not missing, f"docs/telemetry.md lacks {missing}"
+
+
+def test_a_real_engine_stats_reply():
+    """Captured from a lab's engines mid-transfer (`--transport mrc --evs 16`): the sender's
+    live connection with its 16 paths, the receiver's (no EVs of its own) and a flow's
+    finished connections summed under conn "finished"."""
+    raw = json.loads((Path(__file__).parent / "fixtures" / "mrc" / "engine-stats.json").read_text())
+    fams = index(Collector.parse(raw, PLAN))
+    paths = values(fams, "rocelab_mrc_path_bytes_total")
+    assert {dict(k)["node"] for k in paths} == {"prefill2"} and len(paths) == 16
+    assert all(v > 0 for v in paths.values())
+    configured = {(dict(k)["node"], dict(k)["conn"]): v
+                  for k, v in values(fams, "rocelab_mrc_evs_configured").items()}
+    assert configured[("prefill2", "0x7ca")] == 16 and configured[("decode2", "0xd96")] == 0
+    assert configured[("prefill1", "finished")] == 16

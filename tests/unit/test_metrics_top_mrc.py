@@ -82,3 +82,17 @@ def test_shares_are_of_the_bytes_between_scrapes(lab):
     assert r.busiest[1] == pytest.approx(1 / 8) and r.idlest[1] == pytest.approx(1 / 8)
     [r] = top.view(plan, None, now).mrc  # first frame: since the connection started
     assert r.busiest[1] == pytest.approx(6500 / 16600)
+
+
+def test_a_real_engine_stats_reply_gives_one_row_per_connection(lab):
+    """Captured mid-transfer: the receiver's entry of 0x7ca is not a second row; the
+    finished connections of prefill1->decode1 are one row of their own."""
+    plan, base = lab
+    cur = with_mrc(base, plan, json.loads((FIXTURES / "mrc" / "engine-stats.json").read_text()))
+    rows = {(r.node, r.conn, r.flow): r for r in top.view(plan, None, cur).mrc}
+    assert set(rows) == {("prefill2", "0x7ca", "prefill2->decode2"),
+                         ("prefill1", "finished", "prefill1->decode1")}
+    live = rows[("prefill2", "0x7ca", "prefill2->decode2")]
+    assert (live.good, live.evs, live.paths) == (16, 16, 16)
+    assert rows[("prefill1", "finished", "prefill1->decode1")].busiest is None
+    assert "prefill1->decode1 finished" in text(top.render(top.view(plan, None, cur)))
