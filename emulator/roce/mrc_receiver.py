@@ -12,7 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emulator.roce.memory import Access, MemoryTable
-from emulator.roce.mrc_wire import MrcFlag, MrcOpcode, MrcPacket, NackCode, timestamp_us
+from emulator.roce.mrc_wire import (
+    F_ACK_REQ,
+    F_LASTHOP,
+    F_TRIMMED,
+    OP_PROBE,
+    OP_WRITE_IMM,
+    MrcOpcode,
+    MrcPacket,
+    NackCode,
+    timestamp_us,
+)
 
 _PSN = 1 << 24
 BITMAP_BITS = 64
@@ -46,12 +56,13 @@ class MrcReceiver:
     def receive(self, p: MrcPacket, now: float) -> list[MrcPacket]:
         """One packet in; the packets to answer it with."""
         op = p.opcode
-        if op == MrcOpcode.PROBE:
+        if op == OP_PROBE:
             return [p._replace(opcode=MrcOpcode.PROBE_REPLY, conn=self.remote_conn, flags=0)]
-        if not p.is_data:
+        if op > OP_WRITE_IMM:
             return []
-        if p.flags & MrcFlag.TRIMMED:
-            return [self._nack(p, NackCode.TRIMMED_LASTHOP if p.flags & MrcFlag.LASTHOP
+        flags = p.flags
+        if flags & F_TRIMMED:
+            return [self._nack(p, NackCode.TRIMMED_LASTHOP if flags & F_LASTHOP
                                else NackCode.TRIMMED, now)]
         c = self.counters
         psn = self._unwrap(p.psn)
@@ -65,7 +76,7 @@ class MrcReceiver:
         if not self._place(p):
             return [self._nack(p, NackCode.ACCESS, now)]
         self._received(psn)
-        if p.flags & MrcFlag.ACK_REQ or self._pending >= self.ack_every:
+        if flags & F_ACK_REQ or self._pending >= self.ack_every:
             return [self._sack(p, now)]
         self._last = p
         return []
@@ -91,7 +102,7 @@ class MrcReceiver:
         if placed >= p.ext:
             self._placed.pop(p.msg, None)
             c.messages_done += 1
-            if p.opcode == MrcOpcode.WRITE_IMM or p.imm:
+            if p.opcode == OP_WRITE_IMM:
                 self.immediates.append(p.imm)
         else:
             self._placed[p.msg] = placed
@@ -117,7 +128,7 @@ class MrcReceiver:
         self._pending = self._pending_ce = 0
         self._last = None
         self.counters.sacks_sent += 1
-        return MrcPacket(MrcOpcode.SACK, self.remote_conn, self.cack % _PSN, 0, p.plane, p.ev,
+        return MrcPacket(MrcOpcode.SACK.value, self.remote_conn, self.cack % _PSN, 0, p.plane, p.ev,
                          self.counters.messages_done, p.ts, timestamp_us(now), bitmap=bitmap,
                          packets=packets, ce=ce, echo=1 if p.ecn == 3 else 0, ref=p.psn)
 

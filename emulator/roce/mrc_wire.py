@@ -54,6 +54,10 @@ class NackCode(IntEnum):
     ACCESS = 4
 
 
+# the same values as plain ints, for the per-packet paths (IntFlag arithmetic is slow)
+OP_WRITE, OP_WRITE_IMM, OP_SACK, OP_NACK, OP_PROBE, OP_PROBE_REPLY = range(0xE0, 0xE6)
+F_TRIMMED, F_LASTHOP, F_ACK_REQ = 1, 2, 4
+
 EXT_LEN = {MrcOpcode.WRITE: 16, MrcOpcode.WRITE_IMM: 20, MrcOpcode.SACK: 16,
            MrcOpcode.NACK: 8, MrcOpcode.PROBE: 0, MrcOpcode.PROBE_REPLY: 0}
 _EXT = {int(k): v for k, v in EXT_LEN.items()}
@@ -113,7 +117,7 @@ def build_into(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int,
     pad = -n & 3
     body = EXT_AT + _EXT[op]
     total = body + n + pad + ICRC_SIZE
-    bth_w2 = (p.flags & MrcFlag.ACK_REQ and 1 << 31) | p.psn & 0xFFFFFF
+    bth_w2 = (p.flags & F_ACK_REQ and 1 << 31) | p.psn & 0xFFFFFF
     _HEAD.pack_into(buf, 0, 0x45, 0xFF, total, ip_id, 0x4000, 0xFF, IPPROTO_UDP, 0xFFFF,
                     src, dst, p.ev, ROCE_UDP_PORT, total - 20, 0xFFFF, op, pad << 4,
                     DEFAULT_PKEY, 0xFF000000 | p.conn, bth_w2,
@@ -138,12 +142,12 @@ def build_into(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int,
 def _pack_ext(p: MrcPacket, op: int, buf: bytearray | memoryview) -> None:
     if op in _DATA:
         _RETH.pack_into(buf, EXT_AT, p.va, p.rkey, p.length)
-        if op == MrcOpcode.WRITE_IMM:
+        if op == OP_WRITE_IMM:
             _U32.pack_into(buf, EXT_AT + 16, p.imm)
-    elif op == MrcOpcode.SACK:
+    elif op == OP_SACK:
         _SACK.pack_into(buf, EXT_AT, p.bitmap, p.packets & 0xFFFF, p.ce & 0xFFFF,
                         p.echo & 0xFF, p.ref >> 16 & 0xFF, p.ref & 0xFFFF)
-    elif op == MrcOpcode.NACK:
+    elif op == OP_NACK:
         _NACK.pack_into(buf, EXT_AT, p.echo, p.ref & 0xFFFFFF)
 
 
@@ -171,7 +175,7 @@ def parse(datagram: bytearray | memoryview, check_icrc: bool = True) -> MrcPacke
     if op not in _EXT or vf >> 4 != VERSION:
         raise MalformedPacket(f"not MRC v{VERSION}: opcode {op:#04x}, version {vf >> 4}")
     flags, body = vf & 0xF, EXT_AT + _EXT[op]
-    trimmed = bool(flags & MrcFlag.TRIMMED)
+    trimmed = bool(flags & F_TRIMMED)
     if total != n or ulen != n - 20 or n < body + (0 if trimmed else ICRC_SIZE):
         raise MalformedPacket(f"MRC datagram of {n} bytes: lengths {total}/{ulen}")
     if check_icrc and not trimmed:
@@ -195,13 +199,13 @@ def _extension(d: bytearray | memoryview, op: int, body: int, stop: int,
     payload: bytes | memoryview = b""
     if op in _DATA:
         va, rkey, length = _RETH.unpack_from(d, EXT_AT)
-        if op == MrcOpcode.WRITE_IMM:
+        if op == OP_WRITE_IMM:
             imm = _U32.unpack_from(d, EXT_AT + 16)[0]
         if not trimmed:
             payload = memoryview(d)[body:stop]
-    elif op == MrcOpcode.SACK:
+    elif op == OP_SACK:
         bitmap, packets, ce, echo, hi, lo = _SACK.unpack_from(d, EXT_AT)
         ref = hi << 16 | lo
-    elif op == MrcOpcode.NACK:
+    elif op == OP_NACK:
         echo, ref = _NACK.unpack_from(d, EXT_AT)
     return va, rkey, length, imm, payload, bitmap, packets, ce, echo, ref
