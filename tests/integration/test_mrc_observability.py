@@ -108,3 +108,43 @@ def test_collector_top_and_live_diagnose_read_the_engines_mid_transfer(lab):
     done = cli("diagnose", lab.name, "--window", "1s", "--json", check=False)
     assert done.returncode in (0, 13), done.stderr
     assert "path-imbalance" not in {f["kind"] for f in json.loads(done.stdout)["findings"]}
+
+
+def test_diagnose_names_the_silently_failed_link_from_the_transfer_result(lab, tmp_path):
+    """leaf1-spine1 drops everything (carrier and BGP up) mid-transfer: MRC retires the EVs
+    hashed onto spine1; path-imbalance, fed the transfer's own `mrc` block as a run's flow,
+    names spine1 and the link, and `diagnose --results` exits 13."""
+    proc = subprocess.Popen(mrc_transfer(lab, "prefill1", "decode1", "256MiB"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    collector = Collector(lab.plan)
+    try:
+        def under_way():
+            mrc = collector.fetch().get("prefill1", {}).get("mrc", [])
+            return sum(p["bytes"] for c in mrc if c["conn"] != "finished"
+                       for p in c.get("paths") or []) >= 16 << 20
+
+        poll(under_way, timeout=120, interval=0.05, what="an eighth of the transfer sent")
+        cli("fail", lab.name, "link", "leaf1", "spine1", "--silent", "--no-wait")
+        out, err = proc.communicate(timeout=280)
+    finally:
+        collector.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        cli("heal", lab.name, "link", "leaf1", "spine1", check=False, timeout=120)
+    assert proc.returncode == 0, err
+    block = json.loads(out)["mrc"]
+    assert block["retirements"] >= 1, block
+    from emulator.metrics.snapshot import topology
+
+    kinds, peers = topology(lab.plan)
+    results = {"lab": lab.name, "flows": [{"name": "m", "src": "prefill1", "dst": "decode1",
+                                           "op": "write", "mrc": block}],
+               "evidence": {"kinds": kinds, "peers": peers, "metrics": {}, "window_s": 1}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    res = cli("diagnose", "--results", str(path), "--json", check=False)
+    assert res.returncode == 13, res.stderr
+    [f] = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "path-imbalance"]
+    assert f["where"][:2] == ["spine1", f"{lab.plan.node('prefill1').leaf}-spine1"], f
+    assert "EVs retired" in f["cause"] and "through spine1" in f["cause"], f["cause"]
