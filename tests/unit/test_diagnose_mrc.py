@@ -151,3 +151,35 @@ def test_live_leaves_finished_sums_out():
     raw = json.loads((Path(__file__).parent / "fixtures" / "mrc" / "engine-stats.json").read_text())
     [c] = from_metrics(scraped(raw))
     assert (c["conn"], c["node"], c["evs_total"], len(c["paths"])) == ("0x7ca", "prefill2", 16, 16)
+
+
+def two_planes() -> tuple[dict[str, str], dict[str, str]]:
+    """Two planes as a `planes: 2` topology wires them: each host a NIC per plane (ethK on
+    plane K), each plane its own leaves and spines (p<k>leaf<j>, p<k>spine<i>)."""
+    kinds, peers = {"h1": "host", "h2": "host"}, {}
+    for k in (0, 1):
+        for j, host in ((1, "h1"), (2, "h2")):
+            leaf = f"p{k}leaf{j}"
+            kinds[leaf] = "leaf"
+            peers[f"{host}:eth{k}"], peers[f"{leaf}:{host}"] = f"{leaf}:{host}", f"{host}:eth{k}"
+            for i in (1, 2):
+                spine = f"p{k}spine{i}"
+                kinds[spine] = "spine"
+                peers[f"{leaf}:{spine}"], peers[f"{spine}:{leaf}"] = f"{spine}:{leaf}", f"{leaf}:{spine}"
+    return kinds, peers
+
+
+def test_a_lost_plane_names_its_spines_and_links():
+    kinds, peers = two_planes()
+    block = conn(evs=16, spine_of=lambda i: f"p{i % 2}spine{1 + (i // 2) % 2}",
+                 state_of=lambda i: "denied" if i % 2 else "good")
+    for i, p in enumerate(block["paths"]):
+        p["plane"] = i % 2
+    ev = Evidence(lab="t", source="unit", window_s=1.0, dilation=1.0, rate_bps=None,
+                  thresholds={}, kinds=kinds, peers=peers, ports=[], paused_s={}, metrics={},
+                  flows=[dict(flow(block), src="h1", dst="h2")])
+    [f] = rules.path_imbalance(ev)
+    assert "8 of 16 EVs retired (assumed_bad 0, denied 8)" in f.cause
+    assert "EV 49153/plane 1" in f.cause and "through p1spine1 (4), p1spine2 (4)" in f.cause
+    assert f.where == ["p1spine1", "p1spine2", "p1leaf1-p1spine1", "p1spine1-p1leaf2",
+                       "p1leaf1-p1spine2", "p1spine2-p1leaf2"], f.where
