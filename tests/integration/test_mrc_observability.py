@@ -148,3 +148,4 @@ def test_diagnose_names_the_silently_failed_link_from_the_transfer_result(lab, t
     [f] = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "path-imbalance"]
     assert f["where"][:2] == ["spine1", f"{lab.plan.node('prefill1').leaf}-spine1"], f
     assert "EVs retired" in f["cause"] and "through spine1" in f["cause"], f["cause"]
+
