@@ -9,12 +9,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
+from emulator import faults
 from emulator.diagnose import mrcconns
 from emulator.metrics import top
 from emulator.metrics.collectors.engine import Collector
 from emulator.metrics.scrape import Scraper
-from emulator.metrics.snapshot import KEEP, labels_key
+from emulator.metrics.snapshot import KEEP, labels_key, topology
 from emulator.tools.capture import MRC_DISSECTOR
 
 from .conftest import PREFIX, ROCELAB, cli, make_lab, poll, wait_for_line
@@ -23,8 +25,15 @@ EVS = 16
 
 
 @pytest.fixture(scope="module")
-def lab():
-    yield from make_lab("topologies/clos-2x4.yaml", f"{PREFIX}mrcobs")
+def lab(tmp_path_factory):
+    """clos-2x4 with a BGP hold time (90 s) far beyond any test here: a silent link failure
+    stays unrouted-around while a transfer runs, so what MRC retires does not depend on
+    how fast this machine moves the bytes before BGP would notice."""
+    topo = yaml.safe_load(Path("topologies/clos-2x4.yaml").read_text())
+    topo |= {"name": "clos-2x4-longhold", "bgp": {"keepalive": 30, "hold": 90}}
+    path = tmp_path_factory.mktemp("topo") / "clos-2x4-longhold.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    yield from make_lab(str(path), f"{PREFIX}mrcobs")
 
 
 def mrc_transfer(lab, src: str, dst: str, size: str) -> list[str]:
@@ -113,8 +122,9 @@ def test_collector_top_and_live_diagnose_read_the_engines_mid_transfer(lab):
 def test_diagnose_names_the_silently_failed_link_from_the_transfer_result(lab, tmp_path):
     """leaf1-spine1 drops everything (carrier and BGP up) mid-transfer: MRC retires the EVs
     hashed onto spine1; path-imbalance, fed the transfer's own `mrc` block as a run's flow,
-    names spine1 and the link, and `diagnose --results` exits 13."""
-    proc = subprocess.Popen(mrc_transfer(lab, "prefill1", "decode1", "256MiB"),
+    names spine1 and the link, and `diagnose --results` exits 13. (BGP holds 90 s here:
+    the EVs stay dead and hashed onto spine1 until the heal.)"""
+    proc = subprocess.Popen(mrc_transfer(lab, "prefill1", "decode1", "512MiB"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     collector = Collector(lab.plan)
     try:
@@ -123,8 +133,9 @@ def test_diagnose_names_the_silently_failed_link_from_the_transfer_result(lab, t
             return sum(p["bytes"] for c in mrc if c["conn"] != "finished"
                        for p in c.get("paths") or []) >= 16 << 20
 
-        poll(under_way, timeout=120, interval=0.05, what="an eighth of the transfer sent")
-        cli("fail", lab.name, "link", "leaf1", "spine1", "--silent", "--no-wait")
+        poll(under_way, timeout=120, interval=0.05, what="16 MiB of the transfer sent")
+        faults.fail(lab.plan, faults.link_fault(lab.plan, "leaf1", "spine1", True))  # no wait
+        assert proc.poll() is None, "the transfer ended before the fault landed"
         out, err = proc.communicate(timeout=280)
     finally:
         collector.close()
@@ -135,8 +146,6 @@ def test_diagnose_names_the_silently_failed_link_from_the_transfer_result(lab, t
     assert proc.returncode == 0, err
     block = json.loads(out)["mrc"]
     assert block["retirements"] >= 1, block
-    from emulator.metrics.snapshot import topology
-
     kinds, peers = topology(lab.plan)
     results = {"lab": lab.name, "flows": [{"name": "m", "src": "prefill1", "dst": "decode1",
                                            "op": "write", "mrc": block}],
