@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.roce.memory import Access, MemoryTable
+from emulator.roce.memory import Access, MemoryRegion, MemoryTable
 from emulator.roce.mrc_wire import (
     F_ACK_REQ,
     F_LASTHOP,
@@ -51,6 +51,7 @@ class MrcReceiver:
         self._placed: dict[int, int] = {}  # message number -> bytes placed so far
         self._pending = self._pending_ce = 0
         self._last: MrcPacket | None = None  # the last data packet not yet acknowledged
+        self._mr: MemoryRegion | None = None
         self.immediates: list[int] = []
 
     def receive(self, p: MrcPacket, now: float) -> list[MrcPacket]:
@@ -89,12 +90,18 @@ class MrcReceiver:
         return [self._sack(self._last, now)]
 
     def _place(self, p: MrcPacket) -> bool:
-        n = len(p.payload)
-        dest = self.memory.resolve(p.rkey, p.va, n, Access.REMOTE_WRITE)
-        if dest is None or n != p.length:
+        n, va = len(p.payload), p.va
+        mr = self._mr
+        if mr is None or mr.rkey != p.rkey:  # the region, resolved once per R_Key
+            mr = self.memory.region(p.rkey)
+            if mr is not None and Access.REMOTE_WRITE not in mr.access:
+                mr = None
+            self._mr = mr
+        if mr is None or n != p.length or not mr.va <= va <= va + n <= mr.va + mr.length:
             self.counters.access_errors += 1
             return False
-        dest[:] = p.payload
+        off = va - mr.va
+        mr.buf[off:off + n] = p.payload
         c = self.counters
         c.packets += 1
         c.bytes_placed += n

@@ -104,6 +104,18 @@ def build(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int) -> bytearr
     return buf
 
 
+_SUMS: dict[bytes, int] = {}
+
+
+def _addr_sum(src: bytes, dst: bytes) -> int:
+    """The IPv4 checksum's constant words for (src, dst), computed once per pair."""
+    key = src + dst
+    s = _SUMS.get(key)
+    if s is None:
+        s = _SUMS[key] = 0x4500 + 0x4000 + (64 << 8 | IPPROTO_UDP) + sum(_ADDRS.unpack(key))
+    return s
+
+
 def max_datagram(payload: int) -> int:
     """The longest datagram a packet with `payload` bytes makes."""
     return EXT_AT + 20 + payload + 3 + ICRC_SIZE
@@ -130,8 +142,7 @@ def build_into(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int,
     if pad:
         buf[body + n:end] = b"\0" * pad
     _LE32.pack_into(buf, end, crc32(memoryview(buf)[:end], PSEUDO_LRH_CRC))
-    s = 0x4500 + 0x4000 + (64 << 8 | IPPROTO_UDP) + tos + total + ip_id
-    s += sum(_ADDRS.unpack(src + dst))
+    s = _addr_sum(src, dst) + tos + total + ip_id
     s = (s & 0xFFFF) + (s >> 16)
     _IP_FIX.pack_into(buf, 0, 0x45, tos, total, ip_id, 0x4000, 64, IPPROTO_UDP,
                       ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF)
@@ -161,10 +172,13 @@ def is_mrc(datagram: bytes | bytearray | memoryview) -> bool:
     return len(datagram) > 28 and datagram[28] in _EXT
 
 
-def parse(datagram: bytearray | memoryview, check_icrc: bool = True) -> MrcPacket:
+def parse(datagram: bytearray | memoryview, check_icrc: bool = True,
+          in_place: bool = False) -> MrcPacket:
     """Parse one MRC IPv4 datagram; the payload is a view into it. The ICRC is
     checked (MalformedPacket if wrong) unless the MRCH says TRIMMED: a trimmed
-    packet's payload is gone and it carries none (`payload` is empty)."""
+    packet's payload is gone and it carries none (`payload` is empty). `in_place`:
+    the check overwrites the IPv4/UDP/BTH fields the ICRC masks (TOS, TTL, checksums)
+    in `datagram` itself instead of copying them (a receive buffer, read first)."""
     n = len(datagram)
     if n < EXT_AT + ICRC_SIZE:
         raise MalformedPacket(f"{n} bytes is shorter than an MRC header")
@@ -181,10 +195,15 @@ def parse(datagram: bytearray | memoryview, check_icrc: bool = True) -> MrcPacke
     if check_icrc and not trimmed:
         end = n - ICRC_SIZE
         want = _LE32.unpack_from(datagram, end)[0]
-        masked = bytearray(datagram[:MRCH_AT])
-        masked[1] = masked[8] = masked[10] = masked[11] = masked[26] = masked[27] = 0xFF
-        masked[32] = 0xFF
-        crc = crc32(memoryview(datagram)[MRCH_AT:end], crc32(masked, PSEUDO_LRH_CRC))
+        if in_place:  # the caller's receive buffer: mask the ICRC's variant fields there
+            d = datagram
+            d[1] = d[8] = d[10] = d[11] = d[26] = d[27] = d[32] = 0xFF
+            crc = crc32(datagram[:end], PSEUDO_LRH_CRC)
+        else:
+            masked = bytearray(datagram[:MRCH_AT])
+            masked[1] = masked[8] = masked[10] = masked[11] = masked[26] = masked[27] = 0xFF
+            masked[32] = 0xFF
+            crc = crc32(memoryview(datagram)[MRCH_AT:end], crc32(masked, PSEUDO_LRH_CRC))
         if crc != want:
             raise MalformedPacket("bad ICRC")
     base = (op, conn & 0xFFFFFF, w2 & 0xFFFFFF, flags, plane, ev, msg, ts, ext)
