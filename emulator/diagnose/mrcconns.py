@@ -65,20 +65,24 @@ def _senders(conns: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any
 
 def resolve_spines(plan: Plan, conns: list[dict[str, Any]]) -> None:
     """Each path's `spine`: the port the source's leaf picks for that EV (None where the
-    fabric does not say, or past MAX_LOOKUPS)."""
+    fabric does not say, or past MAX_LOOKUPS EVs), one batched lookup per plane."""
     budget = MAX_LOOKUPS
     for c in conns:
         try:
             src, dst = plan.node(c["src"]), plan.node(c["dst"])
         except (KeyError, RocelabError):
             continue
-        multi = len(src.addresses) > 1
+        planes: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for p in c["paths"]:
-            if budget <= 0:
-                return
-            budget -= 1
+            p["spine"] = None
+            if budget > 0:
+                planes[p["plane"]].append(p)
+                budget -= 1
+        for plane, paths in sorted(planes.items()):
+            rail = plane if len(src.addresses) > 1 else None
             try:
-                p["spine"] = forwarding.egress_port(plan, src, dst, p["ev"],
-                                                    rail=p["plane"] if multi else None)
-            except (RocelabError, OSError, IndexError):
-                p["spine"] = None
+                found = forwarding.egress_ports(plan, src, dst, [p["ev"] for p in paths], rail=rail)
+            except (RocelabError, OSError, IndexError, ValueError):
+                continue
+            for p, spine in zip(paths, found):
+                p["spine"] = spine
