@@ -15,7 +15,7 @@ from .rules import Finding, Severity
 
 KINDS = ("pause-storm", "ecn-off", "dcqcn-off-host", "ecmp-collision", "congested-spine",
          "routing", "gray-link", "lossless-drops", "mtu-mismatch",
-         "trimming-hotspot")
+         "trimming-hotspot", "path-imbalance")
 
 
 def diagnose(ev: Evidence, flow: str | None = None, src: str | None = None,

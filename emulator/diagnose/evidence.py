@@ -11,6 +11,9 @@ unit-tested on recorded evidence:
   port, spine, retransmissions, CNPs, DCQCN end state), `pfc` and the `evidence` block
   the runner adds (the same two scrapes around the run, and the fabric's wiring).
 
+MRC connections (`mrc`): a run's are its flows' `mrc` blocks; live (or from a run whose
+flows carry none) they are rebuilt from the engines' `rocelab_mrc_*` series (mrcconns.py).
+
 Counters are deltas over the window; gauges are their value at its end.
 """
 
@@ -32,6 +35,7 @@ from ..metrics.snapshot import (
     topology,
 )
 from ..plan import Plan
+from . import mrcconns
 
 SAMPLE_EVERY_S = 0.1
 
@@ -53,6 +57,7 @@ class Evidence:
     metrics: Metrics  # KEEP families: counters as deltas, gauges at the end
     flows: list[dict[str, Any]] = field(default_factory=list)  # results.json's `flows` shape
     roce_mtu: int = 4096  # the RoCE path MTU the transfers use (payload bytes)
+    mrc: list[dict[str, Any]] = field(default_factory=list)  # live MRC connections (mrcconns.py)
 
     def __post_init__(self) -> None:
         # one shape whatever wrote them: a port an older results.json or a hand-made
@@ -119,6 +124,7 @@ def from_results(results: dict[str, Any], source: str) -> Evidence:
                         "existed, or a compare run; run the experiment again")
     flows = results.get("flows", [])
     ends = [f["end_s"] or 0.0 for f in flows if f.get("end_s")]
+    recorded = any(f.get("mrc") for f in flows)  # else the MRC series, without spines
     return Evidence(
         lab=results.get("lab", "?"), source=source,
         window_s=float(ev.get("window_s") or (max(ends) if ends else 0.0)),
@@ -126,7 +132,8 @@ def from_results(results: dict[str, Any], source: str) -> Evidence:
         thresholds=ev.get("thresholds", {}), kinds=ev["kinds"], peers=ev["peers"],
         ports=results.get("ports", []),
         paused_s=dict(results.get("pfc", {}).get("paused_s", {})),
-        metrics=ev.get("metrics", {}), flows=flows, roce_mtu=int(ev.get("roce_mtu", 4096)))
+        metrics=ev.get("metrics", {}), flows=flows, roce_mtu=int(ev.get("roce_mtu", 4096)),
+        mrc=[] if recorded else mrcconns.from_metrics(ev.get("metrics", {})))
 
 
 def collect(plan: Plan, window_s: float) -> Evidence:
@@ -150,8 +157,11 @@ def collect(plan: Plan, window_s: float) -> Evidence:
         snaps.close()
     kinds, peers = topology(plan)
     cp = plan.congestion
+    metrics = delta(start, end)
+    mrc = mrcconns.from_metrics(metrics)
+    mrcconns.resolve_spines(plan, mrc)
     return Evidence(lab=plan.lab, source="live", window_s=round(time.monotonic() - t0, 3),
                     dilation=plan.dilation, rate_bps=cp.rate_of(plan.speed_bps) if cp else None,
                     thresholds=thresholds(plan), kinds=kinds, peers=peers, ports=ports,
-                    paused_s=paused_between(pfc0, pfc1), metrics=delta(start, end), flows=[])
+                    paused_s=paused_between(pfc0, pfc1), metrics=metrics, flows=[], mrc=mrc)
 

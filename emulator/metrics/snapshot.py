@@ -33,6 +33,9 @@ KEEP = (
     "rocelab_rxe_duplicate_request_total", "rocelab_rxe_out_of_seq_request_total",
     "rocelab_rxe_completer_retry_err_total", "rocelab_rxe_retry_exceeded_err_total",
     "rocelab_rxe_send_err_total",
+    # MRC connections (diagnose's path-imbalance)
+    "rocelab_mrc_evs", "rocelab_mrc_evs_configured", "rocelab_mrc_ev_retirements_total",
+    "rocelab_mrc_path_bytes_total", "rocelab_mrc_path_state",
 )
 Metrics = dict[str, dict[str, float]]  # metric -> "k=v,k=v" labels (lab left out) -> value
 Snapshot = dict[str, dict[str, tuple[str, float]]]  # metric -> labels -> (kind, value)

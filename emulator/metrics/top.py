@@ -17,7 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..plan import Plan
+from . import top_mrc
 from .scrape import Scrape
+from .top_mrc import MrcRow
 
 Key = tuple[tuple[str, str], ...]
 
@@ -87,6 +89,7 @@ class View:
     ecmp: list[str]  # routers below their expected ECMP width
     transfers: list[TransferRow] = field(default_factory=list)
     qps: list[tuple[str, str, float, float]] = field(default_factory=list)  # node, qp, rate, alpha
+    mrc: list[MrcRow] = field(default_factory=list)  # MRC connections (top_mrc.py)
     trimming: bool = False  # the lab trims: the ports table has a trims column
 
 
@@ -104,7 +107,7 @@ def view(plan: Plan, prev: Scrape | None, cur: Scrape, rows: int = 10) -> View:
             if w < expected.get((n,), 0)]
     return View(plan.lab, _title(plan), cur.seconds * 1e3, failed, _ports(p, c, rows),
                 int(sum(up.values())), int(sum(sessions.values())), down, ecmp,
-                _transfers(p, c), _qps(c),
+                _transfers(p, c), _qps(c), top_mrc.rows(p, c),
                 trimming=bool(plan.congestion and plan.congestion.trim))
 
 
@@ -188,7 +191,8 @@ def render(v: View) -> RenderableType:
     if v.failed:
         status = Text(f"failing: {', '.join(v.failed)}  ", style="red") + status
     head.add_row(Text(f"rocelab top  {v.title}", style="bold"), status)
-    return Group(head, _ports_table(v), _bgp_panel(v), _transfers_panel(v))
+    parts: list[RenderableType] = [head, _ports_table(v), _bgp_panel(v), _transfers_panel(v)]
+    return Group(*parts, *([top_mrc.panel(v.mrc)] if v.mrc else []))
 
 
 def _ports_table(v: View) -> Table:

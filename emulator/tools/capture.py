@@ -22,6 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 from .. import netns
@@ -30,6 +31,7 @@ from ..plan import Interface, Node, Plan
 from ..procs import base_env, kill_pids
 from . import lookup
 
+MRC_DISSECTOR = Path(__file__).with_name("mrc.lua")  # Wireshark Lua dissector for MRC packets
 DEFAULT_COUNT = 100
 DEFAULT_DURATION_S = 10.0
 START_TIMEOUT_S = 10.0  # tcpdump says "listening on" within milliseconds

@@ -26,7 +26,7 @@ CAPTURE = FIXTURES / "clos-2x4-cc"
 GOLDEN = FIXTURES / "clos-2x4-cc.prom"
 LABELS = {"lab", "node", "port", "tc", "qp", "peer", "collector", "topology", "addressing",
           "spines", "leaves", "hosts", "flow", "src", "dst", "event", "kind", "target", "how",
-          "setting", "action"}
+          "setting", "action", "conn", "state", "ev", "plane"}
 STORM = FIXTURES / "clos-2x4-cc-storm"  # histograms, flows, faults and actions (test_metrics_storm)
 
 

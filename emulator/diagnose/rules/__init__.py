@@ -13,6 +13,7 @@ symptoms they cause (a pause storm, a congested spine).
     routing.py  routing (sessions, ECMP width, prefixes, FRR, silent links)
     links.py    gray-link, mtu-mismatch
     trimming.py trimming-hotspot
+    mrc.py      path-imbalance (MRC connections)
 
 `RULES` run on the evidence alone; `congested_spine`, `silent_links` and `gray_link`
 take what the others found (diagnose/__init__.py runs them in that order).
@@ -42,16 +43,17 @@ from .common import (
 from .ecmp import congested_spine, ecmp_collision
 from .ecn import dcqcn_host, ecn_off
 from .links import gray_link, mtu_mismatch
+from .mrc import path_imbalance
 from .pfc import lossless_drops, pause_storm
 from .routing import routing, silent_links
 from .trimming import trimming_hotspot
 
 RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
     pause_storm, ecn_off, dcqcn_host, ecmp_collision, routing, lossless_drops, mtu_mismatch,
-    trimming_hotspot)
+    trimming_hotspot, path_imbalance)
 
 __all__ = ["ROCE_TC", "RULES", "AboveKmin", "Finding", "Severity", "above_kmin", "active",
            "ce_entering", "congested_spine", "dcqcn_host", "ecmp_collision", "ecn_off",
            "first_rise", "flow_hops", "flow_links", "gray_link", "item", "latency",
-           "lossless_drops", "mark_probability", "mtu_mismatch", "pause_storm", "routing",
-           "silent_links", "tc3_ports", "trimming_hotspot"]
+           "lossless_drops", "mark_probability", "mtu_mismatch", "path_imbalance", "pause_storm",
+           "routing", "silent_links", "tc3_ports", "trimming_hotspot"]

@@ -7,7 +7,8 @@ serves) every QpCounters field and the DCQCN rate, target and alpha; per
 host the transport counters, the summed counters of QPs already finished
 (so host totals only grow), the progress of transfers in flight and the
 histograms of finished transfers; per flow (labels `flow`, `src`, `dst`) its
-QPs' counters summed over every handoff, so a flow's series outlive its QPs.
+QPs' counters summed over every handoff, so a flow's series outlive its QPs;
+per MRC connection and path its EV states and recovery counters (engine_mrc.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ...histogram import Histogram
 from ...paths import node_run_dir
 from ...plan import Plan
 from ..model import Families, Family, Kind, Labels, Source
+from . import engine_mrc
 
 NAME = "engine"
 TIMEOUT_S = 1.0
@@ -126,6 +128,8 @@ class Collector(Source):
                 flow = dict(zip(("flow", "src", "dst"), flows.get(qpn, ())))
                 _qp(fams, fams.labels(node=host, qp=f"{int(qpn):#x}", **flow), counters)
             _transfers(fams, plan, host, reply.get("transfers", []), flows)
+            if "mrc" in reply:
+                engine_mrc.parse(fams, host, reply["mrc"])
             for f in reply.get("flows", []):
                 _flow(fams, fams.labels(node=host, flow=f["flow"], src=f["src"], dst=f["dst"]), f)
             for key, (metric, help_) in HISTOGRAMS.items():
