@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from ..errors import ExitCode
 from ..metrics.snapshot import PortSample
@@ -18,7 +18,7 @@ from ..plan import Plan
 from ..plan.congestion import ROCE_TC
 from ..stats import jain, p50_p99, percentile
 from ..units import Dilation, parse_duration
-from . import expect_lines, traffic
+from . import expect_lines, multipath, traffic
 from .spec import Experiment
 
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx", "bad_icrc")  # per flow
@@ -122,7 +122,7 @@ def bottleneck(ports: Sequence[PortSample], t0: float, t1: float, rate_bps: floa
     return best[1] if best else None
 
 
-class FlowSummary(TypedDict, total=False):
+class FlowSummary(multipath.FlowTransport, total=False):
     """One flow in results.json (durations in wall seconds since the run's start)."""
 
     name: str
@@ -156,7 +156,7 @@ class FlowSummary(TypedDict, total=False):
     # NAKs, CNPs, bad ICRC and its DCQCN end state (None: DCQCN off); what `diagnose` reads
 
 
-class Summary(TypedDict):
+class Summary(multipath.PathSummary):
     """results.json's `summary`: the run in a few numbers, for tables and comparisons."""
 
     bytes: int  # every flow's payload
@@ -213,6 +213,11 @@ class FlowRecord:
     via: str | None = None  # the spine the flow was pinned to (`via`)
     data_phases: list[tuple[float, float]] = field(default_factory=list)  # per transfer: data
     # start .. end (a failed one: when it began .. the failure)
+    transport: str = "rc"
+    may_fail: bool = False  # a failure is recorded, not the run's verdict
+    unloaded: str | None = None  # the flow whose FCT is this one's unloaded reference
+    qp_bytes: list[int] = field(default_factory=list)  # one transfer's payload per QP
+    mtu: int = 4096
 
     @property
     def fct_s(self) -> float | None:
@@ -240,6 +245,7 @@ def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
     cp = plan.congestion
     flows, ports, events, pfc0, pfc1 = rec.flows, rec.ports, rec.events, rec.pfc0, rec.pfc1
     flow_out = [flow_summary(f, plan.dilation) for f in flows]
+    multipath.add_slowdowns(cast(list[dict[str, Any]], flow_out), {f.name: f.unloaded for f in flows})
     starts = [f["start_s"] for f in flow_out]
     ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
     steady0 = min(starts) + parse_duration(exp.steady_after)
@@ -266,7 +272,8 @@ def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
         "phases": {name: phase(members, flow_out, series, ports)
                    for name, members in exp.phases.items()},
         "lossless_drops": rec.lossless_drops,
-        "integrity_ok": all(f["integrity_ok"] for f in flow_out),
+        "integrity_ok": all(f["integrity_ok"] for f in flow_out  # a failure allowed: no data
+                            if not (f.get("may_fail") and f.get("failed"))),
         "expectations": [],
         "summary": summary(flow_out, events, plan.dilation),
         "traffic": traffic.summarize(plan, rec.counters, [(f.src, f.dst) for f in flows])
@@ -274,6 +281,7 @@ def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
         "measured": dict(rec.measured or {}),
         "evidence": rec.evidence,
     }
+    out["summary"].update(multipath.summary(plan, flow_out, out["summary"]["goodput_bps"]))
     out["expectations"] = [expect_lines.evaluate(dict(out), expect_lines.parse(line)) for line in exp.expect]
     return out
 
@@ -313,7 +321,7 @@ def summary(flows: Sequence[FlowSummary], events: Sequence[dict[str, Any]],
 def verdict(results: Results) -> tuple[ExitCode, str]:
     """How a run ended, worst first: a flow failed (8), data corrupted (9), an expectation
     or the lossless class failed (11), or all well (0); with a one-line reason."""
-    failed = [f["name"] for f in results["flows"] if f.get("error")]
+    failed = [f["name"] for f in results["flows"] if f.get("error") and not f.get("may_fail")]
     if failed:
         return ExitCode.TRANSFER_FAILED, f"flows failed: {', '.join(failed)}"
     if not results["integrity_ok"]:
@@ -383,6 +391,10 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
         out["interruption_s"] = round(length, 4)
         out["interruption_real_s"] = dilation.real_s(round(length, 4))
         out["interruption_from_s"] = round(began, 4)
+    out.update(multipath.flow_numbers(f.transport, f.result, f.error, f.qp_bytes, f.mtu,
+                                      out["interruption_s"]))
+    if f.may_fail:
+        out["may_fail"] = True
     if f.repeat > 1:
         out["handoffs"] = [[round(a, 4), round(d, 4)] for a, d in f.handoffs]
         durations = [d for _, d in f.handoffs]
