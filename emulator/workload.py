@@ -107,8 +107,17 @@ def run_transfer(plan: Plan, src: Node, dst: Node, job: Job,
     """One transfer, moved by the pair's kind (an rxe end: kvpeer in its guest).
     TooLongError before it starts if it could not finish within job.timeout_s."""
     check_duration(plan, job, src)
+    check_transport(plan, job, [src, dst])
     ensure(plan, [src, dst])
     return _move(plan, src, dst, job, progress)
+
+
+def check_transport(plan: Plan, job: Job, hosts: list[Node]) -> None:
+    """MRC runs in rocelab's engine only: a host of another kind (rxe) cannot take part."""
+    if job.transport != "mrc":
+        return
+    for h in hosts:
+        require_engine(plan, h, "--transport mrc")
 
 
 def _move(plan: Plan, src: Node, dst: Node, job: Job,
@@ -122,8 +131,9 @@ def run_kv(plan: Plan, pairs: list[tuple[Node, Node]], job: Job, requests: int,
     """`requests` KV handoffs round-robin over `pairs`, `concurrency` at a time."""
     if requests < 1 or concurrency < 1:
         raise RocelabError("--requests and --concurrency must be at least 1")
-    for src, _ in pairs:  # each handoff has the whole timeout: none may be bound to exceed it
+    for src, dst in pairs:  # each handoff has the whole timeout: none may be bound to exceed it
         check_duration(plan, job, src)
+        check_transport(plan, job, [src, dst])
     hosts = sorted({h for p in pairs for h in p}, key=lambda n: n.name)
     ensure(plan, hosts)
     # a host of a serial kind runs one transfer at a time (an rxe guest: one kvpeer owns
@@ -170,5 +180,7 @@ def summarize(results: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
         "handoff_mean_s": round(statistics.fmean(handoffs), 6),
         "integrity_ok": all(r["integrity_ok"] for r in results),
         "qps_per_spine": dict(sorted(spines.items())),
+        "longest_interruption_s": max(r.get("longest_interruption_s", 0.0) for r in results),
+        "failed": sum(1 for r in results if r.get("failed")),
         **{k: sum(r[k] for r in results) for k in SUM_KEYS},
     }

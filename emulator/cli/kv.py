@@ -10,11 +10,11 @@ from rich.console import Console
 from .. import lab, report, state, workload
 from ..engine.job import Job, Op
 from ..engine.kv import DTYPE_BYTES, MODELS, KvLayout, describe, model
-from ..errors import IntegrityError
+from ..errors import EngineError, IntegrityError
 from ..report import record
 from ..units import Dilation, parse_duration
 from .names import LAB
-from .options import engine_options, max_duration_option
+from .options import check_transport, engine_options, max_duration_option
 from .progress import byte_progress
 
 
@@ -37,18 +37,20 @@ from .progress import byte_progress
 @engine_options
 def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_block: int,
             pairs: str | None, requests: int | None, concurrency: int | None, max_duration: str,
-            op: str, qps: int, mtu: int, as_json: bool, out: str | None) -> None:
+            op: str, transport: str, evs: int, qps: int, mtu: int, as_json: bool,
+            out: str | None) -> None:
     """KV-cache handoffs from prefill to decode hosts, sized from a model.
 
     Example: rocelab kv clos-2x4 --model llama3-70b --tokens 512 --requests 8 --concurrency 4
     """
+    check_transport(op, transport)
     lab.require_root()
     plan = state.lab_plan(name)
     pair_list = workload.parse_pairs(plan, pairs)
     requests = len(pair_list) if requests is None else requests  # 0 is a usage error (64)
     concurrency = len(pair_list) if concurrency is None else concurrency
     kv = {"model": model_name, "tokens": tokens, "dtype": dtype, "tokens_per_block": tokens_per_block}
-    job = Job(Op(op), kv=kv, qps=qps, mtu=mtu,
+    job = Job(Op(op), kv=kv, qps=qps, mtu=mtu, transport=transport, evs=evs,
               timeout_s=parse_duration(max_duration, "--max-duration"),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     layout = KvLayout(model(model_name), tokens, dtype, tokens_per_block)
@@ -68,6 +70,10 @@ def command(name: str, model_name: str, tokens: int, dtype: str, tokens_per_bloc
         click.echo(json.dumps(res, indent=2))
     else:
         _print(res, out, plan.dilation if plan.congestion else None)
+    failed = [f"{r['src']} -> {r['dst']}: {r.get('error')}" for r in res["requests"]
+              if r.get("failed")]
+    if failed:
+        raise EngineError(f"handoffs failed: {'; '.join(failed[:4])}")
     if not res["aggregate"]["integrity_ok"]:
         bad = [f"{r['src']} -> {r['dst']}" for r in res["requests"] if not r.get("integrity_ok")]
         raise IntegrityError(f"handoffs with differing digests: {', '.join(bad[:4])}")

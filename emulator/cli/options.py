@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from .. import outfile
-from ..engine.job import DEFAULT_MTU, ROCE_MTUS, Op
+from ..engine.job import DEFAULT_MTU, MAX_EVS, ROCE_MTUS, TRANSPORTS, Op
 from ..outfile import OutputError
 from ..units import UnitError, parse_duration, parse_size, parse_speed
 
@@ -59,11 +59,24 @@ def writable_out(ctx: click.Context, param: click.Parameter, value: str | None) 
     return value
 
 
+def check_transport(op: str, transport: str) -> None:
+    """--transport mrc moves data by RDMA WRITE only: --op read with it is a usage error."""
+    if transport == "mrc" and op != Op.WRITE.value:
+        raise click.UsageError("--transport mrc: RDMA WRITE only (MRC has no READ); "
+                               "use --op write")
+
+
 def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--op, --qps, --mtu and --out, in that order on the command line help."""
+    """--op, --transport, --evs, --qps, --mtu and --out, in that order on the command line
+    help."""
     for option in reversed((
         click.option("--op", type=click.Choice([o.value for o in Op]), default="write",
                      show_default=True, help="write: prefill pushes; read: decode pulls (NIXL style)."),
+        click.option("--transport", type=click.Choice(TRANSPORTS), default="rc", show_default=True,
+                     help="rc: RoCEv2 RC queue pairs (--qps); mrc: one multipath connection "
+                          "spraying over --evs entropy values (WRITE only; docs/mrc.md)."),
+        click.option("--evs", default=64, show_default=True, type=click.IntRange(1, MAX_EVS),
+                     help=f"MRC: entropy values (paths) per plane, 1..{MAX_EVS}."),
         click.option("--qps", default=1, show_default=True, type=click.IntRange(1, 64),
                      help="Queue pairs per transfer."),
         click.option("--mtu", default=DEFAULT_MTU, show_default=True, callback=_mtu,

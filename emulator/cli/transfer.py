@@ -12,12 +12,12 @@ from rich.table import Table
 
 from .. import lab, report, state, workload
 from ..engine.job import Job, Op
-from ..errors import IntegrityError
+from ..errors import EngineError, IntegrityError
 from ..plan import Plan
 from ..report import record
 from ..units import Dilation, parse_duration, parse_size, parse_speed
 from .names import LAB, NODE
-from .options import SIZE, SPEED, engine_options, max_duration_option
+from .options import SIZE, SPEED, check_transport, engine_options, max_duration_option
 from .progress import byte_progress
 
 
@@ -32,7 +32,8 @@ from .progress import byte_progress
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @engine_options
 def command(name: str, src: str, dst: str, size: str, rate: str | None, max_duration: str,
-            op: str, qps: int, mtu: int, as_json: bool, out: str | None) -> None:
+            op: str, transport: str, evs: int, qps: int, mtu: int, as_json: bool,
+            out: str | None) -> None:
     """Move bytes from SRC to DST over RoCEv2 and verify them end to end.
 
     Exits 8 if the transfer failed (a QP over its retry limit, not done within
@@ -41,9 +42,11 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, max_dura
 
     Example: rocelab transfer clos-2x4 --src prefill1 --dst decode1 --size 64MiB --qps 4
     """
+    check_transport(op, transport)
     lab.require_root()
     plan = state.lab_plan(name)
     job = Job(Op(op), size=parse_size(size), qps=qps, mtu=mtu, rate_bps=wall_rate(plan, rate),
+              transport=transport, evs=evs,
               timeout_s=parse_duration(max_duration, "--max-duration"),
               extra={"progress_s": record.SAMPLE_EVERY_S} if out else {})
     s = workload.host(plan, src, rxe_ok=True)
@@ -61,6 +64,8 @@ def command(name: str, src: str, dst: str, size: str, rate: str | None, max_dura
         print_transfer(res, plan.dilation if plan.congestion else None)
         if out:
             Console().print(f"report: {Path(out) / 'report.html'} (and report.md, plots, results.json)")
+    if res.get("failed"):
+        raise EngineError(f"{src} -> {dst}: transfer failed: {res.get('error')}")
     if not res["integrity_ok"]:
         raise IntegrityError(f"{src} -> {dst}: the data {dst} holds differs from what {src} sent "
                              "(digests differ)")
@@ -82,6 +87,9 @@ def print_transfer(res: Mapping[str, Any], dilation: Dilation | None = None) -> 
                   f"(handoff {res['handoff_s']:.3f} s incl. QP setup); integrity {ok}", soft_wrap=True)
     console.print(f"retransmitted {res['retransmitted_packets']}, NAKs {res['naks_rx']}, "
                   f"timeouts {res['timeouts']}, bad ICRC drops {res['bad_icrc']}")
+    if res.get("mrc"):
+        _print_mrc(console, res)
+        return
     rails = any(q.get("rail") is not None for q in res["qps"])  # a multi-NIC host: QP i on rail i
     table = Table("QPN", "remote QPN", "UDP sport", *(["rail"] if rails else []), "uplink",
                   "retransmitted")
@@ -94,3 +102,21 @@ def print_transfer(res: Mapping[str, Any], dilation: Dilation | None = None) -> 
         moved = ", ".join(f"{k} {v}" for k, v in sorted(rxe["counters"].items()))
         console.print(f"rxe {host} ({rxe['role']}): hw_counters {moved or 'unchanged'}",
                       soft_wrap=True)
+
+
+def _print_mrc(console: Console, res: Mapping[str, Any]) -> None:
+    """An MRC transfer: its EV set's states, recovery counts and the bytes per spine."""
+    m = res["mrc"]
+    states = ", ".join(f"{k} {v}" for k, v in m["evs_by_state"].items() if v)
+    console.print(f"MRC {m['conn']}: {m['evs_total']} EVs ({states}), retirements "
+                  f"{m['retirements']}, probes {m['probes_answered']}/{m['probes_sent']}, "
+                  f"trim NACKs {m['trim_nacks_received']}, longest interruption "
+                  f"{res['longest_interruption_s'] * 1e3:.1f} ms", soft_wrap=True)
+    spines: dict[str, int] = {}
+    for p in m["paths"]:
+        spines[p.get("spine") or "-"] = spines.get(p.get("spine") or "-", 0) + p["bytes"]
+    table = Table("uplink", "bytes", "share")
+    total = max(1, sum(spines.values()))
+    for spine, n in sorted(spines.items()):
+        table.add_row(spine, str(n), f"{100 * n / total:.1f} %")
+    console.print(table)

@@ -35,7 +35,7 @@ from ..paths import lab_run_dir
 from ..plan import Interface, Node, Plan
 from ..plan.congestion import ROCE_TC
 from . import libbpf, qos
-from .maps import MAX_PORTS, pack_cfg
+from .maps import MAX_PORTS, pack_cfg, peer_faces_host
 
 log = logging.getLogger("rocelab.controller")
 SOURCE = Path(__file__).parent / "bpf" / "fabric.bpf.c"
@@ -116,7 +116,8 @@ class Controller:
         cfg = self.obj.map_fd("cfg")
         for pid, ref in self.ports.items():
             peer = self.plan.node(ref.port.peer).interface(ref.port.peer_ifname)
-            libbpf.update(cfg, pid, pack_cfg(self.plan, ref.node, peer.port_id))
+            libbpf.update(cfg, pid, pack_cfg(self.plan, ref.node, peer.port_id,
+                                             peer_faces_host(self.plan, ref.port)))
         dscp = self.obj.map_fd("dscp_tc")
         for value, tc in self.cp.dscp_tc().items():
             libbpf.update(dscp, value, struct.pack("=I", tc))

@@ -3,25 +3,39 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 from dataclasses import dataclass
 
 from ..paths import lab_run_dir
-from ..plan import Node, Plan
-from ..plan.congestion import ROCE_TC, TCS
+from ..plan import Interface, Kind, Node, Plan
+from ..plan.congestion import ROCE_TC, TCS, CongestionPlan
 from . import libbpf
 
 MAX_PORTS = 4096
 NTC = 8
-CFG = struct.Struct("=4I8I8I8I8I8I")
-STAT = struct.Struct("=qqQQQQQQQQQII")
+CFG = struct.Struct("=4I8I8I8I8I8I5I8I")
+STAT = struct.Struct("=qqQQQQQQQQQIIQQQ")
 STAT_FIELDS = ("queued", "buffered", "max_queued", "max_buffered", "tx_packets", "tx_bytes",
-               "ecn_capable", "ce_marked", "rx_ce", "pause_tx", "pause_rx", "paused", "pad")
+               "ecn_capable", "ce_marked", "rx_ce", "pause_tx", "pause_rx", "paused", "pad",
+               "trim", "tx_trim", "dropped_trim")
+# The entry before trimming's counters (captures taken then): read with the trim counters 0.
+LEGACY_STAT = struct.Struct("=qqQQQQQQQQQII")
 PMAX_ONE = 0xFFFFFFFF
 
 
-def pack_cfg(plan: Plan, node: Node, peer_port: int) -> bytes:
+def unpack_stat(buf: bytes | mmap.mmap, index: int, layout: struct.Struct = STAT) -> dict[str, int]:
+    """Entry `index` (port * NTC + tc) of a stats map copy laid out as `layout`: every field of
+    STAT_FIELDS but the padding (the trim counters 0 in a LEGACY_STAT copy)."""
+    values = dict.fromkeys(STAT_FIELDS, 0)
+    values.update(zip(STAT_FIELDS, layout.unpack_from(buf, index * layout.size)))
+    values.pop("pad")
+    return values
+
+
+def pack_cfg(plan: Plan, node: Node, peer_port: int, peer_host: bool = False) -> bytes:
+    """One port's cfg entry; `peer_host`: the port faces a host (a trim there is last-hop)."""
     cp = plan.congestion
     assert cp is not None
     switch = node.is_router
@@ -30,7 +44,17 @@ def pack_cfg(plan: Plan, node: Node, peer_port: int) -> bytes:
         kmin[tc], kmax[tc], pmax[tc] = cp.kmin, cp.kmax, int(cp.pmax * PMAX_ONE)
     xoff[ROCE_TC], xon[ROCE_TC] = cp.xoff, cp.xon
     return CFG.pack(peer_port, int(switch), int(switch and cp.ecn_on(node.name)),
-                    int(switch and cp.pfc_on(node.name)), *kmin, *kmax, *pmax, *xoff, *xon)
+                    int(switch and cp.pfc_on(node.name)), *kmin, *kmax, *pmax, *xoff, *xon,
+                    *_trim_cfg(cp, switch, peer_host))
+
+
+def _trim_cfg(cp: CongestionPlan, switch: bool, peer_host: bool) -> list[int]:
+    """peer_host, trim_size, trim_dscp, trim_tc, trim_limit, trim_threshold[NTC]."""
+    t = cp.trim
+    if t is None or not switch:
+        return [int(peer_host)] + [0] * (4 + NTC)
+    threshold = [t.threshold if tc in t.tcs else 0 for tc in range(NTC)]
+    return [int(peer_host), t.size, t.dscp, t.tc, cp.buffer_bytes, *threshold]
 
 
 @dataclass
@@ -57,15 +81,18 @@ class StatsReader:
         for node in self.plan.nodes:
             for port in node.interfaces:
                 for tc in tcs:
-                    off = (port.port_id * NTC + tc) * STAT.size
-                    values = dict(zip(STAT_FIELDS, STAT.unpack_from(self._mm, off)))
-                    values.pop("pad")
+                    values = unpack_stat(self._mm, port.port_id * NTC + tc)
                     out.append(PortTc(node.name, port.name, tc, values))
         return out
 
     def close(self) -> None:
         self._mm.close()
         os.close(self._fd)
+
+
+def peer_faces_host(plan: Plan, port: Interface) -> bool:
+    """Whether the node at the other end of `port` is a host (a trim there is last-hop)."""
+    return plan.node(port.peer).kind is Kind.HOST
 
 
 def _cfg_fd(plan: Plan) -> int:
@@ -79,7 +106,7 @@ def set_ecn(plan: Plan, node: Node, enabled: bool) -> None:
     try:
         for port in node.interfaces:
             peer = plan.node(port.peer).interface(port.peer_ifname)
-            raw = bytearray(pack_cfg(plan, node, peer.port_id))
+            raw = bytearray(pack_cfg(plan, node, peer.port_id, peer_faces_host(plan, port)))
             struct.pack_into("=I", raw, 8, int(enabled and node.is_router))  # ecn_on
             libbpf.update(fd, port.port_id, bytes(raw))
     finally:

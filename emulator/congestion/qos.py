@@ -4,6 +4,7 @@
     └─ 1:1  rate R
        ├─ 1:16 TC 6 (CNP, routing control)  prio 0  -> bfifo       served first
        ├─ 1:13 TC 3 (RoCE, lossless)       prio 1  -> tbf 13:     the pause switch
+       ├─ 1:12 TC 2 (MRC data, lossy)      prio 2  -> bfifo       trimmable (BPF), tail drop
        └─ 1:10 TC 0 (everything else)      prio 2  -> bfifo       lossy, tail drop
     clsact: the fabric BPF program on ingress and egress (classifies: skb->priority),
             each filter's classid the port's lab-wide id (how the program knows its port)
@@ -25,13 +26,14 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 
 from ..errors import RocelabError
-from ..plan.congestion import CNP_TC, DEFAULT_TC, ROCE_TC, CongestionPlan
+from ..plan.congestion import CNP_TC, DEFAULT_TC, MRC_TC, ROCE_TC, CongestionPlan
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct tc_fifo_qopt
 # (the limit is in bytes for bfifo), so the pfifo encoder serves for both.
 _tc_plugins.setdefault("bfifo", _tc_plugins["pfifo"])
 
-TC_PRIO = {CNP_TC: 0, ROCE_TC: 1, DEFAULT_TC: 2}
+TC_PRIO = {CNP_TC: 0, ROCE_TC: 1, DEFAULT_TC: 2, MRC_TC: 2}
+BFIFO_TCS = (DEFAULT_TC, MRC_TC, CNP_TC)  # the classes with a byte FIFO (lossless: TBF)
 PAUSED_BPS = 8000  # TBF needs a non-zero rate; 8 kbit/s is a stop at these speeds
 EGRESS, INGRESS = "ffff:fff3", "ffff:fff2"
 PORT_CLASS = 0x10001  # 1:1, the port's line rate
@@ -67,10 +69,8 @@ def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
     for tc, prio in TC_PRIO.items():
         ipr.tc("add-class", "htb", idx, classid(tc), parent=PORT_CLASS, rate=floor, ceil=rate,
                burst=burst, cburst=burst, prio=prio, mtu=mtu + 64)
-    ipr.tc("add", "bfifo", idx, (0x10 + DEFAULT_TC) << 16, parent=classid(DEFAULT_TC),
-           limit=cp.buffer_bytes)
-    ipr.tc("add", "bfifo", idx, (0x10 + CNP_TC) << 16, parent=classid(CNP_TC),
-           limit=cp.buffer_bytes)
+    for tc in BFIFO_TCS:
+        ipr.tc("add", "bfifo", idx, (0x10 + tc) << 16, parent=classid(tc), limit=cp.buffer_bytes)
     set_pause(ipr, idx, cp, mtu, paused=False, create=True)
     ipr.tc("add", "clsact", idx)
     for parent, fd, name in ((EGRESS, egress_fd, "fabric_egress"),

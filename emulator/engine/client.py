@@ -94,6 +94,9 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
         rail = i % len(src.addresses) if len(src.addresses) > 1 else None
         qp["rail"] = rail
         qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"], rail=rail)
+    for path in (msg.get("mrc") or {}).get("paths", []):  # each EV's path, as a QP's
+        rail = path["plane"] if len(src.addresses) > 1 else None
+        path["spine"] = forwarding.egress_port(plan, src, dst, path["ev"], rail=rail)
     return TransferResult(**msg, src=src.name, dst=dst.name)  # type: ignore[typeddict-item]  # JSON reply
 
 

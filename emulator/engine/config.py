@@ -13,6 +13,8 @@ from ..units import Dilation, parse_size
 from .job import ROCE_DSCP
 from .regions import DEFAULT_MAX_REGISTERED, ENV_MAX_REGISTERED
 
+MRC_DSCP = 18  # MRC data on DSCP 18 / TC 2 (lossy, trimmable) by default
+MRC_ACK_EXP_SHAPED = 10  # 1.05 ms real-equivalent, as RC's RTO_REAL_S on a shaped lab
 RTO_REAL_S = 1e-3  # first retransmission timeout on congestion labs, real-equivalent
 
 
@@ -27,6 +29,8 @@ class EngineConfig:
     dcqcn: str | None = None  # profile name, or None for off
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # profile -> fields
     max_registered_bytes: int = DEFAULT_MAX_REGISTERED  # memory regions held at once
+    mrc_dscp: int = MRC_DSCP  # MRC data's DSCP (the topology's congestion.mrc_dscp)
+    mrc_ack_exp: int = 16  # MRC's ACK timeout: 1.024 us x 2^t x dilation (16: 67 ms)
 
     def profile(self, name: str | None = "") -> Profile | None:
         """The (dilated) DCQCN profile `name` (default: this host's), None if off."""
@@ -68,6 +72,8 @@ def _for_host(plan: Plan, host: Node) -> EngineConfig:
     # A RoCE NIC does not stop at a small window: its lossless class relies on
     # ECN and PFC, so let each QP keep megabytes in flight (2048 x MTU).
     return EngineConfig(dscp=cp.roce_dscp, rto=rto, rto_max=4 * rto, window=2048,
+                        mrc_dscp=int(getattr(cp, "mrc_dscp", MRC_DSCP)),
+                        mrc_ack_exp=MRC_ACK_EXP_SHAPED,
                         line_rate_bps=cp.rate_of(host.interfaces[0].speed_bps), dilation=cp.dilation,
                         dcqcn=None if profile == "off" else profile,
                         overrides={cp.dcqcn_profile: dict(cp.dcqcn_overrides)})

@@ -34,6 +34,7 @@ from ..roce.memory import MemoryRegion
 from ..roce.rc import QueuePair
 from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from ..rundirs import PRIVATE_UMASK
+from . import mrc
 from .config import EngineConfig
 from .datathread import DataPlane, FlowKey, Watch, reductions
 from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
@@ -83,7 +84,7 @@ class Engine:
         self.config = config
         self.profile = config.profile()
         self.dp = DataPlane(ip, dscp=config.dscp, key_seed=sum(socket.inet_aton(ip)) & 0xFF,
-                            rail_ips=rail_ips)
+                            rail_ips=rail_ips, mrc_dscp=config.mrc_dscp)
         self._qpn = random.Random(ip).randrange(0x100, 0x1000)
         self._lock = threading.Lock()
         self.transfers_done = 0
@@ -249,7 +250,7 @@ class Engine:
                 "dcqcn_reductions": self.dp.retired_reductions + sum(
                     reductions(qp) for qp in self.dp.qps.values()),
                 "qp_flows": {q: list(key) for q, key in self.dp.qp_flow.items()},
-                "flows": self._flows(),
+                "flows": self._flows(), "mrc": self.dp.mrc.stats(),
                 "histograms": {k: h.to_json() for k, h in self.histograms.items()}}
 
     def _flows(self) -> list[dict[str, Any]]:
@@ -293,6 +294,8 @@ class Engine:
     def initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
         """Requester side: WRITE pushes our source, READ pulls the peer's."""
         with self.regions.hold(job.region_bytes, "this transfer"):
+            if job.transport == "mrc":
+                return mrc.initiate(self, job, peer_ip, cli, _connect_peer(peer_ip))
             return self._initiate(job, peer_ip, cli)
 
     def _initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
@@ -373,7 +376,8 @@ class Engine:
             "setup_s": round(timing.setup_s, 6), "handoff_s": round(timing.handoff_s, 6),
             "goodput_gbps": round(job.payload_bytes * 8 / dur / 1e9, 4),
             "messages": watch.expected, "integrity_ok": mine == fin.get("digest"),
-            "digest": mine, "interruption_s": interruption, **total,
+            "digest": mine, "interruption_s": interruption, **total, "transport": "rc",
+            "longest_interruption_s": interruption, "failed": False, "error": None,
             "qps": [{"qpn": q.qpn, "remote_qpn": q.config.remote_qpn,
                      "udp_sport": qp_sport(q.config), "local_ip": self.ips[i % len(self.ips)],
                      "dcqcn": counters[q.qpn].get("dcqcn"),  # None: DCQCN off on this QP
@@ -387,7 +391,10 @@ class Engine:
             raise EngineError(f"expected accept, got {msg.get('cmd')!r}")
         job = Job.from_json(msg["job"])
         with self.regions.hold(job.region_bytes, f"peer {msg.get('ip')}"):  # before allocating
-            self._respond(ch, msg, job)
+            if job.transport == "mrc":
+                mrc.respond(self, ch, msg, job)
+            else:
+                self._respond(ch, msg, job)
 
     def _respond(self, ch: Channel, msg: dict[str, Any], job: Job) -> None:
         holds_source = job.op is Op.READ

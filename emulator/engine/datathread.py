@@ -17,9 +17,11 @@ from typing import Any, TypeVar
 
 from ..roce.endpoint import Endpoint
 from ..roce.memory import MemoryTable
+from ..roce.mrc_endpoint import MrcEndpoint
 from ..roce.rc import QueuePair
 from ..roce.transport import Transport
 from ..roce.verbs import QpState, WcStatus
+from .mrcplane import MrcPlane
 
 T = TypeVar("T")
 IDLE_WAIT_S = 0.005  # how long an idle engine blocks on the wire before looking at commands
@@ -91,9 +93,11 @@ class Flow:
 
 
 class DataPlane(threading.Thread):
-    def __init__(self, local_ip: str, dscp: int, key_seed: int, rail_ips: tuple[str, ...] = ()):
+    def __init__(self, local_ip: str, dscp: int, key_seed: int, rail_ips: tuple[str, ...] = (),
+                 mrc_dscp: int = 18):
         super().__init__(name="dataplane", daemon=True)
         self.transport = Transport(local_ip, rail_ips=rail_ips)
+        self.mrc = MrcPlane(MrcEndpoint((local_ip, *rail_ips), dscp=mrc_dscp))  # MRC connections
         self.endpoint = Endpoint(self.transport, dscp=dscp)
         self.memory = MemoryTable(key_seed=key_seed)
         self.qps: dict[int, QueuePair] = {}
@@ -158,13 +162,17 @@ class DataPlane(threading.Thread):
     def run(self) -> None:
         while not self._halt.is_set():
             self._run_commands()
-            self.endpoint.step(max_wait=IDLE_WAIT_S)  # blocks only when nothing moved
+            mrc = self.mrc.busy  # then RC does not block: MRC's turn may (mrcplane.py)
+            self.endpoint.step(max_wait=0.0 if mrc else IDLE_WAIT_S)  # blocks only when idle
+            if mrc:
+                self.mrc.turn(others_busy=bool(self.qps))
             self._dispatch()
             if self.tickers:
                 now = time.monotonic()
                 for tick in list(self.tickers):
                     tick(now)
         self.transport.close()
+        self.mrc.endpoint.close()
 
     def _run_commands(self) -> None:
         while True:

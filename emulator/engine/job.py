@@ -27,6 +27,8 @@ CONTROL_PORT = 18515  # perftest's default port, for the QPN/PSN/rkey/VA exchang
 DEFAULT_MTU = 4096
 ROCE_MTUS = (256, 512, 1024, 2048, 4096)  # the IB path MTUs
 ROCE_DSCP = 26  # RoCE data on DSCP 26 / TC 3 by default
+TRANSPORTS = ("rc", "mrc")
+MAX_EVS = 1024
 
 
 class QpResult(TypedDict, total=False):
@@ -69,6 +71,11 @@ class TransferResult(TypedDict, total=False):
     cnps_rx: int
     cnps_tx: int
     qps: list[QpResult]
+    transport: str  # "rc" | "mrc"
+    longest_interruption_s: float  # longest gap in placed-byte progress (wall s), RC and MRC
+    failed: bool  # the transfer did not complete (MRC: a retry limit, the deadline)
+    error: str | None
+    mrc: dict[str, Any]  # MRC only: the connection's stats entry (docs/mrc.md), paths' spines
 
 
 class Op(str, Enum):
@@ -92,8 +99,11 @@ class Job:
     udp_sports: list[int] = field(default_factory=list)  # per QP; empty: derived from QPNs
     rate_bps: float = 0.0  # the flow's rate limit (wall bit/s, split over its QPs); 0: none
     ack_timeout_s: float = 0.0  # the QPs' first retransmission timeout (wall s); 0: engine's
+    transport: str = "rc"  # rc: RoCEv2 RC QPs; mrc: one multipath connection (docs/mrc.md)
+    evs: int = 64  # MRC: entropy values per plane
 
     def __post_init__(self) -> None:
+        self._check_transport()
         if not 1 <= self.qps <= 64:
             raise RocelabError(f"--qps: must be 1..64 (got {self.qps})")
         if self.udp_sports and (len(self.udp_sports) != self.qps
@@ -112,6 +122,15 @@ class Job:
             what = "--tokens" if self.kv is not None else "--size"
             raise RocelabError(f"{what}: a transfer of {self.payload_bytes} bytes; at most "
                                f"{MAX_TRANSFER >> 30} GiB (both engines hold every byte in memory)")
+
+    def _check_transport(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise RocelabError(f"--transport: must be one of {', '.join(TRANSPORTS)} "
+                               f"(got {self.transport!r})")
+        if not 1 <= self.evs <= MAX_EVS:
+            raise RocelabError(f"--evs: must be 1..{MAX_EVS} (got {self.evs})")
+        if self.transport == "mrc" and self.op is not Op.WRITE:
+            raise RocelabError("--transport mrc: RDMA WRITE only (MRC has no READ): use --op write")
 
     def layout(self) -> KvLayout | None:
         if self.kv is None:

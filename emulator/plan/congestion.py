@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from ..errors import RocelabError, SpecError
 from ..spec import Topology
 from ..units import MAX_SPEED, UnitError, parse_duration, parse_size, parse_speed, speed_or_zero
+from . import trimming
+from .trimming import MRC_TC, TrimPlan
 
 ROCE_TC = 3  # lossless, PFC
 CNP_TC = 6  # served first
 DEFAULT_TC = 0  # lossy
-TCS = (DEFAULT_TC, ROCE_TC, CNP_TC)
+TCS = (DEFAULT_TC, MRC_TC, ROCE_TC, CNP_TC)
 
 
 @dataclass(frozen=True)
@@ -48,13 +50,18 @@ class CongestionPlan:
     ecn_enabled: bool
     dcqcn_overrides: tuple[tuple[str, object], ...] = ()  # profile fields, parsed (real units)
     lossless_buffer_bytes: int = 64 << 20  # the lossless class's per-port limit (pfc.buffer)
+    mrc_dscp: int = 18  # MRC data: TC 2, lossy
+    trim: TrimPlan | None = None  # packet trimming (None: off)
 
     def rate_of(self, speed_bps: int) -> int:
         """The shaped rate of a port declared at `speed_bps` (0: the fastest link's)."""
         return int(speed_bps / self.dilation) if speed_bps else self.rate_bps
 
     def dscp_tc(self) -> dict[int, int]:
-        return {self.roce_dscp: ROCE_TC, self.cnp_dscp: CNP_TC}
+        out = {self.roce_dscp: ROCE_TC, self.cnp_dscp: CNP_TC, self.mrc_dscp: MRC_TC}
+        if self.trim:  # a trimmed packet rides the priority class to its destination
+            out[self.trim.dscp] = self.trim.tc
+        return out
 
     def ecn_on(self, node: str) -> bool:
         return self.ecn_enabled and node not in self.ecn_off
@@ -73,6 +80,9 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str],
     port is shaped at its own speed / D (`rate_of`)."""
     c = topo.congestion
     if not c.enabled:
+        if c.trimming.enabled:
+            raise SpecError(source, "congestion.trimming.enabled", "needs congestion.enabled: "
+                            "true (trimming runs in the shaped dataplane)")
         return None
     if c.dilation == "auto":
         dilation = float(max(1, math.ceil(speed / parse_speed(c.max_link_rate))))
@@ -96,6 +106,7 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str],
     except RocelabError as e:
         key, msg = str(e).split(": ", 1)
         raise SpecError(source, f"congestion.dcqcn.overrides.{key}", msg) from None
+    trim = trimming.resolve(source, c, sizes["buffer"])
     return CongestionPlan(
         dilation=dilation, speed_bps=speed, rate_bps=int(speed / dilation),
         buffer_bytes=sizes["buffer"], roce_dscp=c.roce_dscp, cnp_dscp=c.cnp_dscp,
@@ -103,7 +114,8 @@ def resolve(topo: Topology, source: str, switches: set[str], hosts: set[str],
         ecn_off=tuple(c.ecn.disabled_on), ecn_enabled=c.ecn.enabled, xoff=sizes["xoff"],
         xon=sizes["xon"], pfc_enabled=c.pfc.enabled, pfc_off=tuple(c.pfc.disabled_on),
         dcqcn_profile=c.dcqcn.profile, dcqcn_off=tuple(c.dcqcn.disabled_hosts),
-        dcqcn_overrides=tuple(overrides.items()), lossless_buffer_bytes=sizes["lossless_buffer"])
+        dcqcn_overrides=tuple(overrides.items()), lossless_buffer_bytes=sizes["lossless_buffer"],
+        mrc_dscp=c.mrc_dscp, trim=trim)
 
 
 MAX_THRESHOLD = 2**32 - 1  # the BPF dataplane keeps thresholds and depths in 32 bits

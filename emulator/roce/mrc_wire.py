@@ -27,6 +27,7 @@ _RETH = struct.Struct("!QII")
 _SACK = struct.Struct("!QHHBBH")  # bitmap, packets, ce, echo flags, trigger PSN (24 bits)
 _NACK = struct.Struct("!B3xI")
 _U32 = struct.Struct("!I")
+_ADDRS = struct.Struct("!4H")
 _LE32 = struct.Struct("<I")
 _PARSE = struct.Struct("!BBH2xH1xB2x4s4xHHH2xBB2xIIBBHIII")  # IPv4, UDP, BTH, MRCH
 
@@ -94,12 +95,24 @@ class MrcPacket(NamedTuple):
 def build(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int) -> bytearray:
     """The IPv4 datagram for `p` from `src` to `dst` (4-byte addresses), UDP source
     port = its EV, TTL 64, DF, with the ICRC."""
+    buf = bytearray(max_datagram(len(p.payload)))
+    del buf[build_into(p, src, dst, tos, ip_id, buf):]
+    return buf
+
+
+def max_datagram(payload: int) -> int:
+    """The longest datagram a packet with `payload` bytes makes."""
+    return EXT_AT + 20 + payload + 3 + ICRC_SIZE
+
+
+def build_into(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int,
+               buf: bytearray | memoryview) -> int:
+    """`build`, into the start of `buf` (at least `max_datagram` bytes); its length."""
     op, payload = p.opcode, p.payload
     n = len(payload) if op in _DATA else 0
     pad = -n & 3
     body = EXT_AT + _EXT[op]
     total = body + n + pad + ICRC_SIZE
-    buf = bytearray(total)
     bth_w2 = (p.flags & MrcFlag.ACK_REQ and 1 << 31) | p.psn & 0xFFFFFF
     _HEAD.pack_into(buf, 0, 0x45, 0xFF, total, ip_id, 0x4000, 0xFF, IPPROTO_UDP, 0xFFFF,
                     src, dst, p.ev, ROCE_UDP_PORT, total - 20, 0xFFFF, op, pad << 4,
@@ -111,18 +124,18 @@ def build(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int) -> bytearr
         buf[body:body + n] = payload
     end = body + n + pad
     if pad:
-        buf[body + n:end] = bytes(pad)
+        buf[body + n:end] = b"\0" * pad
     _LE32.pack_into(buf, end, crc32(memoryview(buf)[:end], PSEUDO_LRH_CRC))
     s = 0x4500 + 0x4000 + (64 << 8 | IPPROTO_UDP) + tos + total + ip_id
-    s += sum(struct.unpack("!4H", src + dst))
+    s += sum(_ADDRS.unpack(src + dst))
     s = (s & 0xFFFF) + (s >> 16)
     _IP_FIX.pack_into(buf, 0, 0x45, tos, total, ip_id, 0x4000, 64, IPPROTO_UDP,
                       ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF)
     buf[26] = buf[27] = buf[32] = 0
-    return buf
+    return total
 
 
-def _pack_ext(p: MrcPacket, op: int, buf: bytearray) -> None:
+def _pack_ext(p: MrcPacket, op: int, buf: bytearray | memoryview) -> None:
     if op in _DATA:
         _RETH.pack_into(buf, EXT_AT, p.va, p.rkey, p.length)
         if op == MrcOpcode.WRITE_IMM:

@@ -55,15 +55,15 @@ class SendBatch:
     memoryviews of the ctypes arrays.
     """
 
-    def __init__(self, capacity: int = BATCH):
+    def __init__(self, capacity: int = BATCH, slot_size: int = SLOT_SIZE):
         self.capacity, self.count, self._bytes = capacity, 0, 0
-        self._buf = (ctypes.c_char * (capacity * SLOT_SIZE))()
+        self._buf = (ctypes.c_char * (capacity * slot_size))()
         whole = memoryview(self._buf).cast("B")
-        self._slots = [whole[i * SLOT_SIZE:(i + 1) * SLOT_SIZE] for i in range(capacity)]
+        self._slots = [whole[i * slot_size:(i + 1) * slot_size] for i in range(capacity)]
         self._iov = (_Iovec * capacity)()
         self._msgs = (_MMsgHdr * capacity)()
         for i in range(capacity):
-            self._iov[i].base = ctypes.addressof(self._buf) + i * SLOT_SIZE
+            self._iov[i].base = ctypes.addressof(self._buf) + i * slot_size
             self._msgs[i].hdr.iov = ctypes.pointer(self._iov[i])
             self._msgs[i].hdr.iovlen = 1
             self._msgs[i].hdr.namelen = ctypes.sizeof(_SockaddrIn)
@@ -135,6 +135,10 @@ class SendBatch:
             self._iov_len[j], self._msg_name[j] = n, self._msg_name[i]
         self.count = left
         self._bytes = sum(self._iov_len[j] for j in range(left))
+
+    def drop(self) -> None:
+        """Forget every queued datagram (a sender that treats a refusal as a loss)."""
+        self.count = self._bytes = 0
 
     @property
     def room(self) -> int:

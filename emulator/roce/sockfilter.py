@@ -36,24 +36,38 @@ class Bpf(IntEnum):
     IND = 0x40
     MSH = 0xA0
     JEQ = 0x10
+    JGE = 0x30
     JSET = 0x40
 
 
 _ACCEPT = 0x40000  # bytes of the packet to keep: all of it
 Insn = tuple[int, int, int, int]  # code, jt, jf, k
 
+MRC_FIRST, MRC_END = 0xE0, 0xE6  # MRC's BTH opcodes (docs/mrc.md), which RC never sees
+
+
+def _roce(mrc: bool) -> tuple[Insn, ...]:
+    """Unfragmented UDP to 4791 whose BTH opcode is (mrc) or is not (RC) an MRC one."""
+    in_range = (0, 1) if mrc else (1, 0)  # opcode in MRC_FIRST..MRC_END-1: accept / drop
+    return (
+        (Bpf.LD | Bpf.B | Bpf.ABS, 0, 0, 9),  # A = IP protocol
+        (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 9, IPPROTO_UDP),  # not UDP -> drop
+        (Bpf.LD | Bpf.H | Bpf.ABS, 0, 0, 6),  # A = flags + fragment offset
+        (Bpf.JMP | Bpf.JSET | Bpf.K, 7, 0, 0x3FFF),  # MF or offset -> drop
+        (Bpf.LDX | Bpf.B | Bpf.MSH, 0, 0, 0),  # X = IP header length
+        (Bpf.LD | Bpf.H | Bpf.IND, 0, 0, 2),  # A = UDP destination port
+        (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 4, ROCE_UDP_PORT),  # not 4791 -> drop
+        (Bpf.LD | Bpf.B | Bpf.IND, 0, 0, 8),  # A = BTH opcode
+        (Bpf.JMP | Bpf.JGE | Bpf.K, 1 + mrc, 0, MRC_END),  # above MRC's -> RC: accept, MRC: drop
+        (Bpf.JMP | Bpf.JGE | Bpf.K, *in_range, MRC_FIRST),
+        (Bpf.RET | Bpf.K, 0, 0, _ACCEPT),
+        (Bpf.RET | Bpf.K, 0, 0, 0),  # drop
+    )
+
+
 # Offsets are from the IPv4 header: raw sockets filter at the network header.
-ROCE_ONLY: tuple[Insn, ...] = (
-    (Bpf.LD | Bpf.B | Bpf.ABS, 0, 0, 9),  # A = IP protocol
-    (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 6, IPPROTO_UDP),  # not UDP -> drop
-    (Bpf.LD | Bpf.H | Bpf.ABS, 0, 0, 6),  # A = flags + fragment offset
-    (Bpf.JMP | Bpf.JSET | Bpf.K, 4, 0, 0x3FFF),  # MF or offset -> drop
-    (Bpf.LDX | Bpf.B | Bpf.MSH, 0, 0, 0),  # X = IP header length
-    (Bpf.LD | Bpf.H | Bpf.IND, 0, 0, 2),  # A = UDP destination port
-    (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 1, ROCE_UDP_PORT),  # not 4791 -> drop
-    (Bpf.RET | Bpf.K, 0, 0, _ACCEPT),
-    (Bpf.RET | Bpf.K, 0, 0, 0),  # drop
-)
+ROCE_ONLY = _roce(mrc=False)  # RC's socket: RoCEv2 but not MRC
+MRC_ONLY = _roce(mrc=True)  # the MRC endpoint's socket
 
 DROP_ALL: tuple[Insn, ...] = ((Bpf.RET | Bpf.K, 0, 0, 0),)
 
@@ -93,6 +107,7 @@ def run(program: tuple[Insn, ...], packet: bytes) -> int:
                 return 0  # the kernel drops on an out-of-bounds load
             a = int.from_bytes(packet[off:off + size], "big")
         else:
-            hit = a == k if code & 0xF0 == Bpf.JEQ else bool(a & k)
+            op = code & 0xF0
+            hit = a == k if op == Bpf.JEQ else a >= k if op == Bpf.JGE else bool(a & k)
             pc += jt if hit else jf
         pc += 1

@@ -54,6 +54,25 @@ class Dcqcn(Strict):
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
 
 
+class Trimming(Strict):
+    """Packet trimming (UET 1.0, SONiC/Cumulus): a switch port that would queue a packet of a
+    trimmable class above `threshold` cuts it to `size` bytes instead, rewrites its DSCP
+    and sends it on the priority class, so the receiver learns of the loss at once."""
+
+    enabled: bool = Field(False, description="Trim instead of queueing above the threshold.")
+    classes: list[Annotated[int, Field(ge=0, le=7)]] = Field(
+        default_factory=lambda: [2], description="Lossy traffic classes that are trimmed "
+        "(default: MRC data, TC 2; the lossless RoCE class 3 keeps PFC).")
+    threshold: Size | None = Field(
+        None, description="Egress queue depth of the class above which a packet is trimmed "
+        "(default: half the lossy buffer).")
+    size: Annotated[int, Field(ge=64, le=1500)] = Field(
+        128, description="Frame bytes a trimmed packet keeps (64-1500; MRC's headers are 86).")
+    dscp: Annotated[int, Field(ge=0, le=63)] = Field(11, description="DSCP of trimmed packets.")
+    priority_tc: Annotated[int, Field(ge=0, le=7)] = Field(
+        6, description="Traffic class trimmed packets are sent on (6: served first).")
+
+
 class Congestion(Strict):
     enabled: bool = Field(False, description="Shape every port and run ECN, PFC and DCQCN.")
     dilation: Annotated[float, Field(ge=1, strict=False)] | Literal["auto"] = Field(
@@ -65,7 +84,10 @@ class Congestion(Strict):
     buffer: Size = Field("4MB", description="Per-port buffer of each lossy class (bfifo limit).")
     roce_dscp: Annotated[int, Field(ge=0, le=63)] = Field(26, description="DSCP of RoCE data.")
     cnp_dscp: Annotated[int, Field(ge=0, le=63)] = Field(48, description="DSCP of CNPs.")
+    mrc_dscp: Annotated[int, Field(ge=0, le=63)] = Field(
+        18, description="DSCP of MRC data (TC 2, lossy: trimmable).")
     ecn: Ecn = Field(default_factory=Ecn, description="Switch ECN marking.")
     pfc: Pfc = Field(default_factory=Pfc, description="Lossless class pauses.")
     dcqcn: Dcqcn = Field(default_factory=Dcqcn, description="Sender rate control.")
+    trimming: Trimming = Field(default_factory=Trimming, description="Switch packet trimming.")
 

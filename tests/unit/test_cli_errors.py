@@ -171,6 +171,12 @@ CASES = [
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 0", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --qps 0", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --mtu 9000", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --transport tcp", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --transport mrc --evs 0",
+        USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --evs 1025", USAGE),
+    cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1MiB --transport mrc --op read",
+        USAGE),  # MRC is WRITE only
     # issue 24: 1.5 moved 1 byte; --rate 1K ran for hours
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 1.5", USAGE),
     cli(f"transfer {FAKE} --src prefill1 --dst decode1 --size 0.3KiB", USAGE),
@@ -193,6 +199,8 @@ CASES = [
     cli(f"kv {FAKE} --qps 0", USAGE),
     cli(f"kv {FAKE} --out /etc/hostname/report", USAGE),  # under a file: caught before running
     cli(f"kv {FAKE} --qps 65", USAGE),
+    cli(f"kv {FAKE} --transport mrc --evs 2000", USAGE),
+    cli(f"kv {FAKE} --transport mrc --op read", USAGE),
     cli(f"kv {FAKE} --mtu 1000", USAGE),
     cli(f"kv {FAKE} --mtu big", USAGE),
     lab(f"kv {FAKE} --pairs nosuchhost:decode1", NOT_FOUND),

@@ -21,12 +21,25 @@
 //            skb->tc_index, which survives veth, bridge forwarding and
 //            flooding (clones copy it) and VXLAN encap/decap), - at the next
 //            hop's ingress.
-// Egress: classify DSCP -> TC (skb->priority = HTB class 1:1<tc>), mark CE
-// RED-style on `queued`, count. Above XOFF `buffered` sends an XOFF event
-// on the ring buffer (the controller pauses the upstream port); below XON,
-// an XON event.
+// Egress: classify DSCP -> TC (skb->priority = HTB class 1:1<tc>), trim,
+// mark CE RED-style on `queued`, count. Above XOFF `buffered` sends an XOFF
+// event on the ring buffer (the controller pauses the upstream port); below
+// XON, an XON event.
+//
+// Trimming (switch ports, trimmable TCs): a frame that would take its class's
+// `queued` above trim_threshold is cut to trim_size bytes instead (IPv4 total
+// length and header checksum, UDP length fixed, UDP checksum 0), re-marked
+// trim_dscp (ECN bits kept; the controller maps trim_dscp to trim_tc, so every
+// later hop classifies it there too) and queued on trim_tc. An MRC data packet
+// (UDP 4791, BTH opcode 0xE0/0xE1) gets MRCH TRIMMED, and LASTHOP when the
+// peer is a host. It is queued, and counted in `queued`/`buffered`, at its
+// trimmed length on trim_tc. Counters, on the trimmed-from (port, TC): trim;
+// dropped_trim (trim_tc over trim_limit: shot here, never queued); tx_trim
+// when the trimmed frame arrives at the peer (tc_index bits 12-14 carry the
+// trimmed-from TC + 1 across the veth).
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
@@ -36,6 +49,18 @@
 #define NTC 8
 #define ETH_P_PAUSE 0x8808
 #define TC_INDEX_VALID 0x8000
+#define TC_INDEX_TRIM_SHIFT 12  // bits 12-14: trimmed-from TC + 1 (0: not trimmed)
+#define ROCE_UDP_PORT 4791
+#define VXLAN_UDP_PORT 4789
+#define MRC_WRITE 0xE0
+#define MRC_WRITE_IMM 0xE1
+#define MRCH_OFF 54            // 14 Ethernet + 20 IPv4 + 8 UDP + 12 BTH
+#define BTH_OPCODE_OFF 42
+#define MRCH_TRIMMED 0x1
+#define MRCH_LASTHOP 0x2
+#define TRIM_NONE 0
+#define TRIM_DONE 1
+#define TRIM_DROP 2
 
 struct port_cfg {
     __u32 peer;          // port id at the other end of the veth
@@ -47,6 +72,12 @@ struct port_cfg {
     __u32 pmax[NTC];     // marking probability at kmax, in 1/2^32 units (0..0xffffffff)
     __u32 xoff[NTC];     // bytes buffered from this port that trigger XOFF; 0 = never
     __u32 xon[NTC];
+    __u32 peer_host;     // the peer is a host: a trim here is at the last hop
+    __u32 trim_size;     // frame bytes a trimmed packet keeps; 0 = no trimming here
+    __u32 trim_dscp;
+    __u32 trim_tc;       // the class trimmed packets are sent on
+    __u32 trim_limit;    // bytes trim_tc may queue (its FIFO's limit)
+    __u32 trim_threshold[NTC];  // queued bytes above which the TC trims; 0 = never
 };
 
 struct tc_stat {
@@ -63,6 +94,9 @@ struct tc_stat {
     __u64 pause_rx;
     __u32 paused;         // XOFF outstanding for frames from this port
     __u32 pad;
+    __u64 trim;           // packets of this TC trimmed at this port's egress
+    __u64 tx_trim;        // ... that arrived at the peer
+    __u64 dropped_trim;   // ... that the priority class could not take (dropped)
 };
 
 struct event {
@@ -157,6 +191,67 @@ static __always_inline void red_mark(struct __sk_buff *skb, struct parsed *p, st
         __sync_fetch_and_add(&s->ce_marked, 1);
 }
 
+static __always_inline void ip_csum(struct iphdr *ip) {
+    __u16 *w = (__u16 *)ip;
+    __u32 sum = 0;
+    ip->check = 0;
+#pragma unroll
+    for (int i = 0; i < 10; i++)
+        sum += w[i];
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    ip->check = (__u16)~sum;
+}
+
+// Cut the frame to `size` bytes and rewrite its headers (see the top of the file).
+static __always_inline int cut(struct __sk_buff *skb, struct port_cfg *c, __u32 size) {
+    if (bpf_skb_change_tail(skb, size, 0) || bpf_skb_pull_data(skb, size))
+        return -1;
+    void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+    struct iphdr *ip = data + sizeof(struct ethhdr);
+    if ((void *)(ip + 1) > end)
+        return -1;
+    ip->tot_len = bpf_htons(size - sizeof(struct ethhdr));
+    ip->tos = (__u8)((c->trim_dscp << 2) | (ip->tos & 3));
+    ip_csum(ip);
+    struct udphdr_min { __u16 source, dest, len, check; } *udp = (void *)(ip + 1);
+    if (ip->protocol != IPPROTO_UDP || (void *)(udp + 1) > end)
+        return 0;
+    udp->len = bpf_htons(size - sizeof(struct ethhdr) - sizeof(struct iphdr));
+    udp->check = 0;
+    __u8 *b = data;
+    if (udp->dest != bpf_htons(ROCE_UDP_PORT) || (void *)(b + MRCH_OFF + 1) > end)
+        return 0;
+    if (b[BTH_OPCODE_OFF] == MRC_WRITE || b[BTH_OPCODE_OFF] == MRC_WRITE_IMM)
+        b[MRCH_OFF] |= MRCH_TRIMMED | (c->peer_host ? MRCH_LASTHOP : 0);
+    return 0;
+}
+
+// Trim instead of queueing whole when this TC's queue is over its threshold.
+static __always_inline int trim(struct __sk_buff *skb, struct port_cfg *c, struct parsed *p,
+                                __u32 port) {
+    __u32 tc = p->tc, size = c->trim_size;
+    if (!size || !p->ip || c->trim_threshold[tc] == 0 || skb->len <= size)
+        return TRIM_NONE;
+    struct tc_stat *s = stat_of(port, tc), *ps = stat_of(port, c->trim_tc & (NTC - 1));
+    if (!s || !ps || s->queued + (__s64)skb->len <= (__s64)c->trim_threshold[tc])
+        return TRIM_NONE;
+    struct iphdr *ip = p->ip;
+    if (ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)))
+        return TRIM_NONE;  // options or a fragment: queued whole
+    if (ip->protocol == IPPROTO_UDP) {
+        __u16 *dport = (void *)(ip + 1) + 2;
+        if ((void *)(dport + 1) > (void *)(long)skb->data_end || *dport == bpf_htons(VXLAN_UDP_PORT))
+            return TRIM_NONE;  // an encapsulated frame is not trimmed (as Cumulus)
+    }
+    __sync_fetch_and_add(&s->trim, 1);
+    if (ps->queued + (__s64)size > (__s64)c->trim_limit) {
+        __sync_fetch_and_add(&s->dropped_trim, 1);
+        return TRIM_DROP;
+    }
+    return cut(skb, c, size) ? TRIM_NONE : TRIM_DONE;
+}
+
 SEC("tc")
 int fabric_egress(struct __sk_buff *skb) {
     int port = port_of(skb);
@@ -174,6 +269,23 @@ int fabric_egress(struct __sk_buff *skb) {
     if (p.eth->h_proto == bpf_htons(ETH_P_PAUSE)) {
         __sync_fetch_and_add(&s->pause_tx, 1);
         return TC_ACT_UNSPEC;
+    }
+    __u32 trimmed_from = 0;  // TC + 1
+    if (c->is_switch && c->trim_size) {
+        __u32 from = p.tc;
+        int t = trim(skb, c, &p, port);
+        if (t == TRIM_DROP)
+            return TC_ACT_SHOT;
+        if (parse(skb, &p) < 0)  // a helper in trim() may have moved the packet's data
+            return TC_ACT_UNSPEC;
+        if (t == TRIM_DONE) {
+            trimmed_from = from + 1;
+            p.tc = c->trim_tc & (NTC - 1);
+            skb->priority = (1 << 16) | (0x10 + p.tc);
+        }
+        s = stat_of(port, p.tc);
+        if (!s)
+            return TC_ACT_UNSPEC;
     }
     __s64 depth = __sync_fetch_and_add(&s->queued, skb->len) + skb->len;
     if (depth > 0 && (__u64)depth > s->max_queued)
@@ -200,6 +312,8 @@ int fabric_egress(struct __sk_buff *skb) {
     } else {
         skb->tc_index = 0;  // originated here: nobody upstream holds it
     }
+    if (trimmed_from)
+        skb->tc_index |= (__u16)(trimmed_from << TC_INDEX_TRIM_SHIFT);
     return TC_ACT_UNSPEC;  // not TC_ACT_OK: that would overwrite skb->tc_index
 }
 
@@ -229,6 +343,12 @@ int fabric_ingress(struct __sk_buff *skb) {
             __sync_fetch_and_add(&me->rx_ce, 1);
     }
     __u32 in = skb->tc_index;
+    __u32 trimmed_from = (in >> TC_INDEX_TRIM_SHIFT) & 7;
+    if (trimmed_from) {  // a trimmed frame left the peer's queue
+        struct tc_stat *ts = stat_of(c->peer, trimmed_from - 1);
+        if (ts)
+            __sync_fetch_and_add(&ts->tx_trim, 1);
+    }
     if (in & TC_INDEX_VALID) {  // the previous switch no longer holds this frame
         __u32 prev = in & 0x0fff;
         struct port_cfg *pc = bpf_map_lookup_elem(&cfg, &prev);

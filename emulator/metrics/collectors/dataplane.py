@@ -4,7 +4,7 @@ fetch: a copy of the stats map's bytes up to the lab's highest port id
 (mmap, no system call per entry) and the controller's pfc.json. Nothing
 here talks to the controller process: it keeps reacting to pauses while
 we read (see congestion/controller.py).
-parse: unpack every port's TC 0/3/6 entries; paused seconds per paused
+parse: unpack every port's TC 0/2/3/6 entries (trim counters included); paused seconds per paused
 egress port, the reaction-time histograms (bucket counts the controller
 keeps since it started) and quantiles of its recent reactions from pfc.json.
 """
@@ -17,7 +17,7 @@ import statistics
 from typing import Any
 
 from ...congestion import libbpf
-from ...congestion.maps import MAX_PORTS, NTC, STAT, STAT_FIELDS
+from ...congestion.maps import LEGACY_STAT, MAX_PORTS, NTC, STAT, unpack_stat
 from ...histogram import Histogram
 from ...paths import lab_run_dir
 from ...plan import Plan
@@ -42,6 +42,13 @@ FIELDS = (  # map field, metric, kind, help
     ("pause_rx", "rocelab_dataplane_pause_rx_frames_total", C, "802.1Qbb PFC frames received."),
     ("paused", "rocelab_dataplane_xoff", G,
      "1 while an XOFF is outstanding for traffic arriving through this port."),
+    ("trim", "rocelab_port_trim_packets_total", C,
+     "Packets of this class the port trimmed instead of queueing whole (SONiC TRIM_PACKETS)."),
+    ("tx_trim", "rocelab_port_tx_trim_packets_total", C,
+     "Trimmed packets of this class the port transmitted (SONiC TX_TRIM_PACKETS)."),
+    ("dropped_trim", "rocelab_port_dropped_trim_packets_total", C,
+     "Trimmed packets of this class dropped: the priority class was full (SONiC "
+     "DROPPED_TRIM_PACKETS)."),
 )
 
 
@@ -69,7 +76,7 @@ class Collector(Source):
             pfc = (run_dir / "pfc.json").read_text()
         except FileNotFoundError:
             pfc = ""
-        return {"stats": bytes(self._map[2][:self.size]), "pfc": pfc}
+        return {"stats": bytes(self._map[2][:self.size]), "entry": STAT.size, "pfc": pfc}
 
     def close(self) -> None:
         if self._map:
@@ -81,13 +88,14 @@ class Collector(Source):
     def parse(raw: dict[str, Any], plan: Plan) -> list[Family]:
         fams = Families(plan.lab)
         stats = raw["stats"]
+        layout = STAT if raw.get("entry") == STAT.size else LEGACY_STAT  # a capture from before trimming
         for node in plan.nodes:
             for port in node.interfaces:
                 for tc in TCS:
-                    off = (port.port_id * NTC + tc) * STAT.size
-                    if off + STAT.size > len(stats):
+                    index = port.port_id * NTC + tc
+                    if (index + 1) * layout.size > len(stats):
                         continue
-                    values = dict(zip(STAT_FIELDS, STAT.unpack_from(stats, off)))
+                    values = unpack_stat(stats, index, layout)
                     labels = fams.labels(node=node.name, port=port.name, tc=str(tc))
                     for field, metric, kind, help_ in FIELDS:
                         value = max(0, values[field]) if kind is G else values[field]

@@ -1,0 +1,194 @@
+"""The MRC connections of one host namespace on their own raw socket.
+
+Beside RC's `Transport` (whose socket filter now leaves MRC's opcodes out),
+this endpoint holds a raw IPPROTO_UDP socket whose filter keeps only MRC
+datagrams (`sockfilter.MRC_ONLY`). One turn (`step`) receives what is queued,
+parses and demuxes it by connection id, lets receivers answer (SACKs at the end
+of the burst), then lets every sender put out what its window allows; the
+datagrams leave in one sendmmsg(2) batch (`SendBatch`). A packet on plane k goes
+from this host's address k to the peer's address k (NIC k to NIC k).
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Protocol
+
+from emulator.errors import EngineError
+from emulator.roce import sockfilter
+from emulator.roce.errors import MalformedPacket
+from emulator.roce.headers import Ecn
+from emulator.roce.mrc_wire import MrcPacket, build_into, max_datagram, parse
+from emulator.roce.sendbatch import SendBatch
+
+SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
+_BUFFER = 8 << 20
+CTRL_DSCP = 48  # SACK, NACK, PROBE, PROBE_REPLY: the high-priority class, as CNPs
+RX_BURST = 64
+SLOT = 4608  # a send slot: the largest MRC datagram at MTU 4096 (4176 bytes), rounded up
+BUDGET = 64  # packets one sender may put out per turn
+
+
+class Half(Protocol):
+    """A sender or a receiver (mrc_sender / mrc_receiver): what the endpoint drives."""
+
+    def receive(self, p: MrcPacket, now: float) -> object: ...
+
+
+@dataclass
+class MrcCounters:
+    rx_datagrams: int = 0
+    tx_datagrams: int = 0
+    tx_errors: int = 0
+    malformed: int = 0
+    unknown_conn: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class _Conn:
+    half: Half
+    local: list[bytes]  # per plane
+    peer: list[bytes]
+    peer_addrs: set[int]
+    address: list[int]  # SendBatch destination handles, per plane
+
+
+class _Builder:
+    """What SendBatch.add calls: builds one MRC packet into a slot."""
+
+    def __init__(self) -> None:
+        self.src = self.dst = b""
+
+    def build_into(self, p: MrcPacket, ip_id: int, tos: int, out: memoryview) -> int:
+        return build_into(p, self.src, self.dst, tos, ip_id, out)
+
+
+class MrcEndpoint:
+    def __init__(self, local_ips: tuple[str, ...], dscp: int = 18, ecn: Ecn = Ecn.ECT0,
+                 clock: Callable[[], float] | None = None):
+        self.counters = MrcCounters()
+        self.conns: dict[int, _Conn] = {}
+        self._data_tos, self._ctrl_tos = dscp << 2 | ecn, CTRL_DSCP << 2
+        self._rx = bytearray(65536)
+        self._batch = SendBatch(slot_size=SLOT)
+        self._builder = _Builder()
+        self._ip_id = 1
+        try:
+            self.sock = _open(local_ips[0] if len(local_ips) == 1 else "0.0.0.0")
+        except OSError as e:
+            raise EngineError(f"MRC socket on {local_ips[0]}: {e.strerror}") from e
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def add(self, conn: int, half: Half, local_ips: list[str], peer_ips: list[str]) -> None:
+        peer = [socket.inet_aton(ip) for ip in peer_ips]
+        self.conns[conn] = _Conn(half, [socket.inet_aton(ip) for ip in local_ips], peer,
+                                 {int.from_bytes(a, "big") for a in peer},
+                                 [self._batch.address(ip) for ip in peer_ips])
+
+    def remove(self, conn: int) -> Half | None:
+        c = self.conns.pop(conn, None)
+        return None if c is None else c.half
+
+    def step(self, now: float) -> int:
+        """One turn: receive a burst, answer it, let senders send. Datagrams moved."""
+        moved = self._receive(now)
+        for c in self.conns.values():
+            poll = getattr(c.half, "poll", None)
+            if poll is not None:
+                for p in poll(now, BUDGET):
+                    self._queue(c, p)
+                    moved += 1
+        self._flush()
+        return moved
+
+    def wait(self, timeout: float) -> None:
+        if timeout > 0:
+            select.select([self.sock], [], [], timeout)
+
+    def next_deadline(self) -> float | None:
+        times = [d for c in self.conns.values()
+                 if (f := getattr(c.half, "next_deadline", None)) and (d := f()) is not None]
+        return min(times) if times else None
+
+    def _receive(self, now: float) -> int:
+        recv_into, rx, counters, conns = self.sock.recv_into, self._rx, self.counters, self.conns
+        view = memoryview(rx)
+        got = 0
+        answered: set[int] = set()
+        for _ in range(RX_BURST):
+            try:
+                n = recv_into(rx, 0, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            got += 1
+            try:
+                p = parse(view[:n])
+            except MalformedPacket:
+                counters.malformed += 1
+                continue
+            c = conns.get(p.conn)
+            if c is None or p.src_ip not in c.peer_addrs:
+                counters.unknown_conn += 1
+                continue
+            for r in c.half.receive(p, now) or ():  # type: ignore[attr-defined]
+                self._queue(c, r)
+            answered.add(p.conn)
+        counters.rx_datagrams += got
+        for conn in answered:
+            c = conns[conn]
+            flush = getattr(c.half, "flush", None)
+            for r in flush(now) if flush is not None else ():
+                self._queue(c, r)
+        return got
+
+    def _queue(self, c: _Conn, p: MrcPacket) -> None:
+        plane = p.plane % len(c.peer)
+        b = self._builder
+        b.src, b.dst = c.local[plane % len(c.local)], c.peer[plane]
+        self._ip_id = (self._ip_id + 1) & 0xFFFF or 1
+        tos = self._data_tos if p.opcode <= 0xE1 else self._ctrl_tos
+        if self._batch.add(b, p, self._ip_id, tos, c.address[plane]):  # type: ignore[arg-type]
+            self._flush()
+
+    def _flush(self) -> None:
+        batch = self._batch
+        if not batch.count:
+            return
+        try:
+            sent, refused, _ = batch.send(self.sock.fileno())
+        except OSError as e:
+            raise EngineError(f"sending MRC datagrams: {e.strerror}") from e
+        self.counters.tx_datagrams += sent
+        if refused:  # the kernel has no room: these are lost, and MRC recovers them
+            self.counters.tx_errors += refused
+            batch.drop()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _open(local_ip: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    try:
+        sockfilter.attach(sock, sockfilter.MRC_ONLY)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, _BUFFER)
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, _BUFFER)
+        sock.bind((local_ip, 0))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+
+assert max_datagram(4096) + 4 <= SLOT
