@@ -191,6 +191,8 @@ class Results(TypedDict):
     traffic: traffic.Traffic | None  # kernel port counters (None: not recorded)
     measured: dict[str, Any]  # what a caller's measures added (runner.Measure), else {}
     evidence: dict[str, Any] | None  # what `rocelab diagnose --results` reads (diagnose/evidence.py)
+    trimming: dict[str, int] | None  # packets trimmed: trim, tx_trim, dropped_trim, last_hop,
+    # fabric (sampler.trims; None: no congestion plane)
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,7 @@ class Recordings:
     counters: traffic.Recording | None = None
     measured: dict[str, Any] | None = None
     evidence: dict[str, Any] | None = None
+    trimming: dict[str, int] | None = None
 
 
 def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
@@ -280,6 +283,7 @@ def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
         if rec.counters is not None else None,
         "measured": dict(rec.measured or {}),
         "evidence": rec.evidence,
+        "trimming": rec.trimming,
     }
     out["summary"].update(multipath.summary(plan, flow_out, out["summary"]["goodput_bps"]))
     out["expectations"] = [expect_lines.evaluate(dict(out), expect_lines.parse(line)) for line in exp.expect]

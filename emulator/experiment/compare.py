@@ -35,7 +35,7 @@ TRAFFIC_ROWS = ("traffic.bystanders.rx_bytes", "traffic.bystanders.rx_packets")
 HANDOFF_ROWS = ("summary.handoff_p50_s", "summary.handoff_p99_s")
 FAULT_ROWS = ("summary.convergence_s", "summary.faults_settled")
 BROADCAST_ROWS = ("frames", "uplink_copies_per_frame", "vxlan_copies_per_frame")
-SHAPED_ROWS = ("lossless_drops", "pfc.pauses")
+SHAPED_ROWS = ("lossless_drops", "pfc.pauses", "trimming.trim", "trimming.last_hop")
 TRANSPORT_ROWS = ("summary.failed_flows", "summary.longest_interruption_s",  # RC vs MRC
                   "summary.retransmitted_bytes", "summary.path_jain", "summary.path_spread",
                   "summary.goodput_vs_bisection")

@@ -386,7 +386,8 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
     return analysis.summarize(exp, plan, analysis.Recordings(
         [f.record(t0) for f in flows], ports, timeline.events, pfc0, pfc_snapshot(plan),
         lossless_drops(plan) if plan.congestion else None,
-        counters=recorded, measured=measured, evidence=evidence))
+        counters=recorded, measured=measured, evidence=evidence,
+        trimming=sampler.trims if sampler else None))
 
 
 def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

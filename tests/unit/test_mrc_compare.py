@@ -200,3 +200,19 @@ def test_the_failure_expect_lines_pass_and_fail_on_interruptions_and_failures():
     doc = _doc(_fabric(failed_flows=0), _fabric(failed_flows=4),
                {"rc": rc_survived, "mrc": slow})
     assert len(_failed_lines("mrc-vs-rc-failure", doc)) == 6  # all but integrity_ok
+
+
+def test_trims_are_counted_per_run_and_split_last_hop_from_fabric():
+    from emulator.experiment.sampler import trims
+
+    plan = load_topology(TOPOS / "clos-2x4-trim.yaml", "xe-u")[1]
+    leaf3 = plan.node("leaf3")
+    to_host = next(i.name for i in leaf3.interfaces if i.peer == "decode1")
+    to_spine = next(i.name for i in leaf3.interfaces if i.peer == "spine1")
+    start = {("leaf3", to_host, 2): {"trim": 5, "tx_trim": 5, "dropped_trim": 0},
+             ("leaf3", to_spine, 2): {"trim": 0, "tx_trim": 0, "dropped_trim": 0}}
+    end = {("leaf3", to_host, 2): {"trim": 105, "tx_trim": 95, "dropped_trim": 10},
+           ("leaf3", to_spine, 2): {"trim": 7, "tx_trim": 7, "dropped_trim": 0},
+           ("leaf3", to_spine, 3): {"trim": 0, "tx_trim": 0, "dropped_trim": 0}}
+    assert trims(plan, start, end) == {"trim": 107, "tx_trim": 97, "dropped_trim": 10,
+                                       "last_hop": 100, "fabric": 7}

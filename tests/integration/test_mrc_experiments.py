@@ -1,0 +1,100 @@
+"""RC against MRC for real: the shipped comparisons (experiments/mrc-*.yaml), shortened
+for CI, run on real labs, each a compare run with one fabric per transport. Each test
+asserts the direction the comparison shows and a margin; rates are compared only on the
+shaped lab or against the other transport measured in the same run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from emulator.experiment import compare, runner
+
+from .conftest import PREFIX, cli, leftovers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shortened(tmp: Path, name: str, flows: list[str], actions: int | None = None,
+              **changes: Any) -> Path:
+    """The shipped experiment `name` with only `flows` (and the first `actions` actions),
+    topologies made absolute, written to `tmp`."""
+    doc = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+    for entry in doc["fabrics"].values():
+        entry["topology"] = str((ROOT / "experiments" / entry["topology"]).resolve())
+    doc["flows"] = [f for f in doc["flows"] if f["name"] in flows]
+    doc["actions"] = doc.get("actions", [])[:actions]
+    keep = [e for e in doc.get("expect", []) if all(
+        f"flows.{n}." not in e for n in {f["name"] for f in
+                                          yaml.safe_load((ROOT / "experiments" / f"{name}.yaml")
+                                                         .read_text())["flows"]} - set(flows))]
+    doc["expect"] = keep
+    doc.update(changes)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def run(path: Path, name: str) -> dict[str, Any]:
+    try:
+        res, _ = runner.run_compare(path, name=name)
+    finally:
+        for label in ("rc", "mrc"):
+            cli("down", f"{name}-{label}", check=False)
+    assert not leftovers(name)
+    return dict(res)
+
+
+def flow(res: dict[str, Any], label: str, name: str) -> dict[str, Any]:
+    return next(f for f in res["fabrics"][label]["flows"] if f["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def failure(tmp_path_factory):
+    """A leaf uplink fails with carrier loss and another silently, under RC and MRC."""
+    path = shortened(tmp_path_factory.mktemp("mrc-failure"), "mrc-vs-rc-failure",
+                     ["link", "link-silent"], actions=4, duration="20s")
+    return run(path, f"{PREFIX}mf")
+
+
+def test_failure_mrc_loses_no_request_and_rides_out_both_failures_far_shorter(failure):
+    res = failure
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)  # every expect line held
+    assert res["fabrics"]["mrc"]["summary"]["failed_flows"] == 0
+    rc_silent, mrc_silent = flow(res, "rc", "link-silent"), flow(res, "mrc", "link-silent")
+    assert rc_silent["failed"] and "retry" in rc_silent["error"]  # RC: the request terminated
+    assert mrc_silent["integrity_ok"] and mrc_silent["retransmitted_bytes"] > 0
+    # carrier loss: >= 10x shorter; silent: >= 100x (RC's runs from the loss to its failure)
+    assert flow(res, "rc", "link")["longest_interruption_s"] >= \
+        10 * flow(res, "mrc", "link")["longest_interruption_s"]
+    assert rc_silent["longest_interruption_s"] >= 100 * mrc_silent["longest_interruption_s"]
+    mrc = mrc_silent["mrc"]
+    assert mrc["retirements"] > 0 and mrc["evs_total"] == 64  # dead EVs retired ...
+    dead = [p for p in mrc["paths"] if p["spine"] == "spine1"]
+    assert dead and all(p["retirements"] for p in dead if p["bytes"])  # ... the failed spine's
+
+
+@pytest.fixture(scope="module")
+def collisions(tmp_path_factory):
+    """Four flows of KV handoffs over two spines on the shaped lab, shortened."""
+    path = shortened(tmp_path_factory.mktemp("mrc-collisions"), "mrc-vs-rc-collisions",
+                     ["l1", "l2", "l3", "l4"], duration="40s")
+    doc = yaml.safe_load(path.read_text())
+    for f in doc["flows"]:
+        f.update(size="8MiB", repeat=3)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return run(path, f"{PREFIX}mc")
+
+
+def test_collisions_mrc_spreads_evenly_and_its_handoffs_are_faster(collisions):
+    res = collisions
+    rc, mrc = res["fabrics"]["rc"]["summary"], res["fabrics"]["mrc"]["summary"]
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)
+    assert mrc["path_spread"] <= 0.05 and mrc["path_jain"] >= 0.99  # RC's depends on its hash
+    assert mrc["goodput_vs_bisection"] >= 0.9 > rc["goodput_vs_bisection"]
+    assert rc["handoff_p99_s"] >= 1.2 * mrc["handoff_p99_s"]
+    spines = res["fabrics"]["mrc"]["traffic"]["spine_bytes"]  # the switches' own counters agree
+    assert abs(spines["spine1"] - spines["spine2"]) <= 0.1 * max(spines.values())
