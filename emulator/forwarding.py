@@ -57,6 +57,25 @@ def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_
                              "sport", str(sport), "dport", str(dport)], dst_ip or "")
 
 
+def egress_ports(plan: Plan, src: Node, dst: Node, sports: list[int],
+                 rail: int | None = None) -> list[str | None]:
+    """`egress_port` for many UDP source ports (an MRC connection's EVs) with one
+    `ip -batch` in the leaf on a routed fabric with a single-homed source; one by one
+    elsewhere."""
+    if plan.fabric is not FabricMode.L3 or src.homing is Homing.DUAL or len(sports) < 2:
+        return [egress_port(plan, src, dst, s, rail=rail) for s in sports]
+    nic = src.interfaces[rail] if rail is not None else src.interfaces[0]
+    src_ip = src.addresses[rail % len(src.addresses)] if rail is not None else src.address
+    dst_ip = dst.addresses[rail % len(dst.addresses)] if rail is not None else dst.address
+    batch = "".join(f"route get {dst_ip} from {src_ip} iif {nic.peer_ifname} ipproto udp "
+                    f"sport {int(s)} dport {ROCE_PORT}\n" for s in sports)
+    out = _run_in(plan.node(nic.peer), ["ip", "-j", "-batch", "-"], stdin=batch)
+    devs = [str(json.loads(line)[0]["dev"]) for line in out.splitlines() if line.strip()]
+    if len(devs) != len(sports):
+        raise RocelabError(f"ip -batch on {nic.peer}: {len(devs)} routes for {len(sports)} ports")
+    return list(devs)
+
+
 def _route_dev(node: Node, selectors: list[str], dst: str) -> str:
     """The device `node`'s kernel sends a packet to `dst` out of (`ip route get`)."""
     out = _run_in(node, ["ip", "-j", "route", "get", dst, *selectors])

@@ -10,11 +10,11 @@ import time
 
 import click
 
-from . import congestion, dilation, engine, fabric, faults, l2, pfc, rxe, scale
+from . import congestion, dilation, engine, fabric, faults, l2, mrc, pfc, rxe, scale
 
 SECTIONS = {"fabric": fabric.run, "engine": engine.run, "faults": faults.run,
             "congestion": congestion.run, "l2": l2.run, "scale": scale.run,
-            "rxe": rxe.run, "dilation": dilation.run, "pfc": pfc.run}
+            "rxe": rxe.run, "dilation": dilation.run, "pfc": pfc.run, "mrc": mrc.run}
 
 
 @click.command()

@@ -94,10 +94,21 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
         rail = i % len(src.addresses) if len(src.addresses) > 1 else None
         qp["rail"] = rail
         qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"], rail=rail)
-    for path in (msg.get("mrc") or {}).get("paths", []):  # each EV's path, as a QP's
-        rail = path["plane"] if len(src.addresses) > 1 else None
-        path["spine"] = forwarding.egress_port(plan, src, dst, path["ev"], rail=rail)
+    _resolve_paths(plan, src, dst, (msg.get("mrc") or {}).get("paths", []))
     return TransferResult(**msg, src=src.name, dst=dst.name)  # type: ignore[typeddict-item]  # JSON reply
+
+
+def _resolve_paths(plan: Plan, src: Node, dst: Node, paths: list[dict[str, Any]]) -> None:
+    """Each MRC path's `spine`: the uplink src's leaf picks for its EV, as a QP's (a plane
+    of a multi-NIC host enters the fabric at that NIC's leaf)."""
+    planes: dict[int, list[dict[str, Any]]] = {}
+    for path in paths:
+        planes.setdefault(path["plane"], []).append(path)
+    for plane, group in planes.items():
+        rail = plane if len(src.addresses) > 1 else None
+        spines = forwarding.egress_ports(plan, src, dst, [p["ev"] for p in group], rail=rail)
+        for path, spine in zip(group, spines):
+            path["spine"] = spine
 
 
 def call(plan: Plan, host: Node, msg: dict[str, Any],

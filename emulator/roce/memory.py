@@ -69,6 +69,10 @@ class MemoryTable:
     def deregister(self, mr: MemoryRegion) -> None:
         self._regions.pop(mr.rkey, None)
 
+    def region(self, rkey: int) -> MemoryRegion | None:
+        """The region of `rkey` (a caller that checks access and bounds itself, per packet)."""
+        return self._regions.get(rkey)
+
     def resolve(self, rkey: int, va: int, length: int, need: Access) -> memoryview | None:
         """The bytes [va, va+length) of the region `rkey`, or None if refused."""
         mr = self._regions.get(rkey)

@@ -130,7 +130,7 @@ class MrcEndpoint:
                 break
             got += 1
             try:
-                p = parse(view[:n])
+                p = parse(view[:n], in_place=True)
             except MalformedPacket:
                 counters.malformed += 1
                 continue

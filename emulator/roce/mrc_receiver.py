@@ -11,8 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.roce.memory import Access, MemoryTable
-from emulator.roce.mrc_wire import MrcFlag, MrcOpcode, MrcPacket, NackCode, timestamp_us
+from emulator.roce.memory import Access, MemoryRegion, MemoryTable
+from emulator.roce.mrc_wire import (
+    F_ACK_REQ,
+    F_LASTHOP,
+    F_TRIMMED,
+    OP_PROBE,
+    OP_WRITE_IMM,
+    MrcOpcode,
+    MrcPacket,
+    NackCode,
+    timestamp_us,
+)
 
 _PSN = 1 << 24
 BITMAP_BITS = 64
@@ -41,17 +51,19 @@ class MrcReceiver:
         self._placed: dict[int, int] = {}  # message number -> bytes placed so far
         self._pending = self._pending_ce = 0
         self._last: MrcPacket | None = None  # the last data packet not yet acknowledged
+        self._mr: MemoryRegion | None = None
         self.immediates: list[int] = []
 
     def receive(self, p: MrcPacket, now: float) -> list[MrcPacket]:
         """One packet in; the packets to answer it with."""
         op = p.opcode
-        if op == MrcOpcode.PROBE:
+        if op == OP_PROBE:
             return [p._replace(opcode=MrcOpcode.PROBE_REPLY, conn=self.remote_conn, flags=0)]
-        if not p.is_data:
+        if op > OP_WRITE_IMM:
             return []
-        if p.flags & MrcFlag.TRIMMED:
-            return [self._nack(p, NackCode.TRIMMED_LASTHOP if p.flags & MrcFlag.LASTHOP
+        flags = p.flags
+        if flags & F_TRIMMED:
+            return [self._nack(p, NackCode.TRIMMED_LASTHOP if flags & F_LASTHOP
                                else NackCode.TRIMMED, now)]
         c = self.counters
         psn = self._unwrap(p.psn)
@@ -65,7 +77,7 @@ class MrcReceiver:
         if not self._place(p):
             return [self._nack(p, NackCode.ACCESS, now)]
         self._received(psn)
-        if p.flags & MrcFlag.ACK_REQ or self._pending >= self.ack_every:
+        if flags & F_ACK_REQ or self._pending >= self.ack_every:
             return [self._sack(p, now)]
         self._last = p
         return []
@@ -78,12 +90,18 @@ class MrcReceiver:
         return [self._sack(self._last, now)]
 
     def _place(self, p: MrcPacket) -> bool:
-        n = len(p.payload)
-        dest = self.memory.resolve(p.rkey, p.va, n, Access.REMOTE_WRITE)
-        if dest is None or n != p.length:
+        n, va = len(p.payload), p.va
+        mr = self._mr
+        if mr is None or mr.rkey != p.rkey:  # the region, resolved once per R_Key
+            mr = self.memory.region(p.rkey)
+            if mr is not None and Access.REMOTE_WRITE not in mr.access:
+                mr = None
+            self._mr = mr
+        if mr is None or n != p.length or not mr.va <= va <= va + n <= mr.va + mr.length:
             self.counters.access_errors += 1
             return False
-        dest[:] = p.payload
+        off = va - mr.va
+        mr.buf[off:off + n] = p.payload
         c = self.counters
         c.packets += 1
         c.bytes_placed += n
@@ -91,7 +109,7 @@ class MrcReceiver:
         if placed >= p.ext:
             self._placed.pop(p.msg, None)
             c.messages_done += 1
-            if p.opcode == MrcOpcode.WRITE_IMM or p.imm:
+            if p.opcode == OP_WRITE_IMM:
                 self.immediates.append(p.imm)
         else:
             self._placed[p.msg] = placed
@@ -117,7 +135,7 @@ class MrcReceiver:
         self._pending = self._pending_ce = 0
         self._last = None
         self.counters.sacks_sent += 1
-        return MrcPacket(MrcOpcode.SACK, self.remote_conn, self.cack % _PSN, 0, p.plane, p.ev,
+        return MrcPacket(MrcOpcode.SACK.value, self.remote_conn, self.cack % _PSN, 0, p.plane, p.ev,
                          self.counters.messages_done, p.ts, timestamp_us(now), bitmap=bitmap,
                          packets=packets, ce=ce, echo=1 if p.ecn == 3 else 0, ref=p.psn)
 

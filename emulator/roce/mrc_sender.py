@@ -16,7 +16,18 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from emulator.roce.mrc_ev import EvSet, Path
-from emulator.roce.mrc_wire import MrcFlag, MrcOpcode, MrcPacket, NackCode, timestamp_us
+from emulator.roce.mrc_wire import (
+    F_ACK_REQ,
+    OP_NACK,
+    OP_PROBE_REPLY,
+    OP_SACK,
+    OP_WRITE,
+    OP_WRITE_IMM,
+    MrcOpcode,
+    MrcPacket,
+    NackCode,
+    timestamp_us,
+)
 from emulator.roce.nscc import Nscc
 
 MPR_UNIT = 128  # PSNs per unit of the maximum PSN range
@@ -161,14 +172,14 @@ class MrcSender:
         self._inflight += st.length
         msg, path, n = st.msg, st.path, st.length
         last = st.index == msg.packets - 1
-        flags = MrcFlag.ACK_REQ if last or st.psn % self.config.ack_every == 0 else 0
+        flags = F_ACK_REQ if last or st.psn % self.config.ack_every == 0 else 0
         path.packets += 1
         path.bytes += n
         self.counters.packets_sent += 1
         self.counters.bytes_sent += n
         off = st.index * self.config.mtu
         imm = last and msg.imm is not None
-        return MrcPacket(MrcOpcode.WRITE_IMM if imm else MrcOpcode.WRITE, self.remote_conn,
+        return MrcPacket(OP_WRITE_IMM if imm else OP_WRITE, self.remote_conn,
                          st.psn % _PSN, flags, path.plane, path.ev, msg.number, timestamp_us(now),
                          len(msg.view), msg.va + off, msg.rkey, n,
                          (msg.imm or 0) if imm else 0, msg.view[off:off + n])
@@ -177,11 +188,11 @@ class MrcSender:
 
     def receive(self, p: MrcPacket, now: float) -> None:
         op = p.opcode
-        if op == MrcOpcode.SACK:
+        if op == OP_SACK:
             self._sack(p, now)
-        elif op == MrcOpcode.NACK:
+        elif op == OP_NACK:
             self._nack(p, now)
-        elif op == MrcOpcode.PROBE_REPLY:
+        elif op == OP_PROBE_REPLY:
             if self.evs.answered(p.plane, p.ev, _rtt(now, p.ts)):
                 self.counters.probes_answered += 1
 

@@ -54,6 +54,10 @@ class NackCode(IntEnum):
     ACCESS = 4
 
 
+# the same values as plain ints, for the per-packet paths (IntFlag arithmetic is slow)
+OP_WRITE, OP_WRITE_IMM, OP_SACK, OP_NACK, OP_PROBE, OP_PROBE_REPLY = range(0xE0, 0xE6)
+F_TRIMMED, F_LASTHOP, F_ACK_REQ = 1, 2, 4
+
 EXT_LEN = {MrcOpcode.WRITE: 16, MrcOpcode.WRITE_IMM: 20, MrcOpcode.SACK: 16,
            MrcOpcode.NACK: 8, MrcOpcode.PROBE: 0, MrcOpcode.PROBE_REPLY: 0}
 _EXT = {int(k): v for k, v in EXT_LEN.items()}
@@ -100,6 +104,18 @@ def build(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int) -> bytearr
     return buf
 
 
+_SUMS: dict[bytes, int] = {}
+
+
+def _addr_sum(src: bytes, dst: bytes) -> int:
+    """The IPv4 checksum's constant words for (src, dst), computed once per pair."""
+    key = src + dst
+    s = _SUMS.get(key)
+    if s is None:
+        s = _SUMS[key] = 0x4500 + 0x4000 + (64 << 8 | IPPROTO_UDP) + sum(_ADDRS.unpack(key))
+    return s
+
+
 def max_datagram(payload: int) -> int:
     """The longest datagram a packet with `payload` bytes makes."""
     return EXT_AT + 20 + payload + 3 + ICRC_SIZE
@@ -113,7 +129,7 @@ def build_into(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int,
     pad = -n & 3
     body = EXT_AT + _EXT[op]
     total = body + n + pad + ICRC_SIZE
-    bth_w2 = (p.flags & MrcFlag.ACK_REQ and 1 << 31) | p.psn & 0xFFFFFF
+    bth_w2 = (p.flags & F_ACK_REQ and 1 << 31) | p.psn & 0xFFFFFF
     _HEAD.pack_into(buf, 0, 0x45, 0xFF, total, ip_id, 0x4000, 0xFF, IPPROTO_UDP, 0xFFFF,
                     src, dst, p.ev, ROCE_UDP_PORT, total - 20, 0xFFFF, op, pad << 4,
                     DEFAULT_PKEY, 0xFF000000 | p.conn, bth_w2,
@@ -126,8 +142,7 @@ def build_into(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int,
     if pad:
         buf[body + n:end] = b"\0" * pad
     _LE32.pack_into(buf, end, crc32(memoryview(buf)[:end], PSEUDO_LRH_CRC))
-    s = 0x4500 + 0x4000 + (64 << 8 | IPPROTO_UDP) + tos + total + ip_id
-    s += sum(_ADDRS.unpack(src + dst))
+    s = _addr_sum(src, dst) + tos + total + ip_id
     s = (s & 0xFFFF) + (s >> 16)
     _IP_FIX.pack_into(buf, 0, 0x45, tos, total, ip_id, 0x4000, 64, IPPROTO_UDP,
                       ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF)
@@ -138,12 +153,12 @@ def build_into(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int,
 def _pack_ext(p: MrcPacket, op: int, buf: bytearray | memoryview) -> None:
     if op in _DATA:
         _RETH.pack_into(buf, EXT_AT, p.va, p.rkey, p.length)
-        if op == MrcOpcode.WRITE_IMM:
+        if op == OP_WRITE_IMM:
             _U32.pack_into(buf, EXT_AT + 16, p.imm)
-    elif op == MrcOpcode.SACK:
+    elif op == OP_SACK:
         _SACK.pack_into(buf, EXT_AT, p.bitmap, p.packets & 0xFFFF, p.ce & 0xFFFF,
                         p.echo & 0xFF, p.ref >> 16 & 0xFF, p.ref & 0xFFFF)
-    elif op == MrcOpcode.NACK:
+    elif op == OP_NACK:
         _NACK.pack_into(buf, EXT_AT, p.echo, p.ref & 0xFFFFFF)
 
 
@@ -157,10 +172,13 @@ def is_mrc(datagram: bytes | bytearray | memoryview) -> bool:
     return len(datagram) > 28 and datagram[28] in _EXT
 
 
-def parse(datagram: bytearray | memoryview, check_icrc: bool = True) -> MrcPacket:
+def parse(datagram: bytearray | memoryview, check_icrc: bool = True,
+          in_place: bool = False) -> MrcPacket:
     """Parse one MRC IPv4 datagram; the payload is a view into it. The ICRC is
     checked (MalformedPacket if wrong) unless the MRCH says TRIMMED: a trimmed
-    packet's payload is gone and it carries none (`payload` is empty)."""
+    packet's payload is gone and it carries none (`payload` is empty). `in_place`:
+    the check overwrites the IPv4/UDP/BTH fields the ICRC masks (TOS, TTL, checksums)
+    in `datagram` itself instead of copying them (a receive buffer, read first)."""
     n = len(datagram)
     if n < EXT_AT + ICRC_SIZE:
         raise MalformedPacket(f"{n} bytes is shorter than an MRC header")
@@ -171,16 +189,21 @@ def parse(datagram: bytearray | memoryview, check_icrc: bool = True) -> MrcPacke
     if op not in _EXT or vf >> 4 != VERSION:
         raise MalformedPacket(f"not MRC v{VERSION}: opcode {op:#04x}, version {vf >> 4}")
     flags, body = vf & 0xF, EXT_AT + _EXT[op]
-    trimmed = bool(flags & MrcFlag.TRIMMED)
+    trimmed = bool(flags & F_TRIMMED)
     if total != n or ulen != n - 20 or n < body + (0 if trimmed else ICRC_SIZE):
         raise MalformedPacket(f"MRC datagram of {n} bytes: lengths {total}/{ulen}")
     if check_icrc and not trimmed:
         end = n - ICRC_SIZE
         want = _LE32.unpack_from(datagram, end)[0]
-        masked = bytearray(datagram[:MRCH_AT])
-        masked[1] = masked[8] = masked[10] = masked[11] = masked[26] = masked[27] = 0xFF
-        masked[32] = 0xFF
-        crc = crc32(memoryview(datagram)[MRCH_AT:end], crc32(masked, PSEUDO_LRH_CRC))
+        if in_place:  # the caller's receive buffer: mask the ICRC's variant fields there
+            d = datagram
+            d[1] = d[8] = d[10] = d[11] = d[26] = d[27] = d[32] = 0xFF
+            crc = crc32(datagram[:end], PSEUDO_LRH_CRC)
+        else:
+            masked = bytearray(datagram[:MRCH_AT])
+            masked[1] = masked[8] = masked[10] = masked[11] = masked[26] = masked[27] = 0xFF
+            masked[32] = 0xFF
+            crc = crc32(memoryview(datagram)[MRCH_AT:end], crc32(masked, PSEUDO_LRH_CRC))
         if crc != want:
             raise MalformedPacket("bad ICRC")
     base = (op, conn & 0xFFFFFF, w2 & 0xFFFFFF, flags, plane, ev, msg, ts, ext)
@@ -195,13 +218,13 @@ def _extension(d: bytearray | memoryview, op: int, body: int, stop: int,
     payload: bytes | memoryview = b""
     if op in _DATA:
         va, rkey, length = _RETH.unpack_from(d, EXT_AT)
-        if op == MrcOpcode.WRITE_IMM:
+        if op == OP_WRITE_IMM:
             imm = _U32.unpack_from(d, EXT_AT + 16)[0]
         if not trimmed:
             payload = memoryview(d)[body:stop]
-    elif op == MrcOpcode.SACK:
+    elif op == OP_SACK:
         bitmap, packets, ce, echo, hi, lo = _SACK.unpack_from(d, EXT_AT)
         ref = hi << 16 | lo
-    elif op == MrcOpcode.NACK:
+    elif op == OP_NACK:
         echo, ref = _NACK.unpack_from(d, EXT_AT)
     return va, rkey, length, imm, payload, bitmap, packets, ce, echo, ref

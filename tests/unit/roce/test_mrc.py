@@ -236,3 +236,24 @@ def test_ev_set_interleaves_planes_and_respects_floor():
         s.probes_due(t)
     assert s.paths[0].state is EvState.DENIED
     assert s.answered(0, s.paths[0].ev, 0.001) and s.paths[0].state is EvState.GOOD
+
+
+def test_in_place_parse_checks_the_icrc_in_the_buffer():
+    p = MrcPacket(MrcOpcode.WRITE, 7, 1, 0, 0, 0xC001, 0, 0, 4, va=16, rkey=1, length=4,
+                  payload=b"wxyz")
+    d = build(p, A, B, 18 << 2 | 3, 9)
+    q = parse(d, in_place=True)
+    assert q.ecn == 3 and bytes(q.payload) == b"wxyz"
+    bad = build(p, A, B, 18 << 2, 9)
+    bad[-6] ^= 1  # a payload byte
+    with pytest.raises(MalformedPacket):
+        parse(bad, in_place=True)
+
+
+def test_a_write_outside_the_region_is_nacked_not_placed():
+    net = Net(4 * MTU)
+    p = MrcPacket(MrcOpcode.WRITE, 0x22, 0, 0, 0, 0xC001, 0, 0, 8, va=net.mr.va + 4 * MTU - 4,
+                  rkey=net.mr.rkey, length=8, payload=b"12345678")
+    (r,) = net.rx.receive(net.wire(p), 0.0)
+    assert r.opcode == MrcOpcode.NACK and r.echo == NackCode.ACCESS
+    assert net.rx.counters.access_errors == 1 and net.dst == bytearray(4 * MTU)
