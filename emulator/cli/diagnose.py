@@ -38,11 +38,11 @@ def command(name: str | None, window: str, results_path: str | None, flow: str |
 
     Samples a running lab for --window (or reads a run's results.json) and prints ranked
     findings: pause storms and their origin, ECN off on a switch, DCQCN off on a host,
-    ECMP collisions, congested spines, routing problems, gray links, lossless drops and
-    MTU mismatches, each with its evidence, the flows it hurt and the fix. Exits 13 when
-    a finding is a warning or critical, 0 when the fabric looks healthy. --src/--dst
-    narrow the findings to a path; --flow to a run's flow, so it needs --results (a
-    live window records no flows).
+    ECMP collisions, congested spines, routing problems, gray links, lossless drops,
+    MTU mismatches and trimming hotspots, each with its evidence, the flows it hurt and
+    the fix. Exits 13 when a finding is a warning or critical, 0 when the fabric looks
+    healthy. --src/--dst narrow the findings to a path; --flow to a run's flow, so it
+    needs --results (a live window records no flows).
 
     Example: rocelab diagnose clos-2x4-cc --window 20s --src prefill1 --dst decode1
     """

@@ -113,6 +113,14 @@ def update(fd: int, key: int, value: bytes) -> None:
     _check(lib().bpf_map_update_elem(fd, ctypes.byref(k), buf, 0), "map update")
 
 
+def lookup(fd: int, key: int, size: int) -> bytes:
+    """An array map's entry `key` (its value `size` bytes)."""
+    k = ctypes.c_uint32(key)
+    buf = ctypes.create_string_buffer(size)
+    _check(lib().bpf_map_lookup_elem(fd, ctypes.byref(k), buf), "map lookup")
+    return buf.raw
+
+
 def map_id(fd: int) -> int:
     info = (ctypes.c_uint32 * 32)()  # struct bpf_map_info starts: type, id, ...
     size = ctypes.c_uint32(ctypes.sizeof(info))

@@ -34,8 +34,10 @@ def unpack_stat(buf: bytes | mmap.mmap, index: int, layout: struct.Struct = STAT
     return values
 
 
-def pack_cfg(plan: Plan, node: Node, peer_port: int, peer_host: bool = False) -> bytes:
-    """One port's cfg entry; `peer_host`: the port faces a host (a trim there is last-hop)."""
+def pack_cfg(plan: Plan, node: Node, peer_port: int, peer_host: bool = False,
+             trim: bool = True) -> bytes:
+    """One port's cfg entry; `peer_host`: the port faces a host (a trim there is last-hop);
+    `trim`: False leaves trimming off on it even when the plan turns it on."""
     cp = plan.congestion
     assert cp is not None
     switch = node.is_router
@@ -45,7 +47,7 @@ def pack_cfg(plan: Plan, node: Node, peer_port: int, peer_host: bool = False) ->
     xoff[ROCE_TC], xon[ROCE_TC] = cp.xoff, cp.xon
     return CFG.pack(peer_port, int(switch), int(switch and cp.ecn_on(node.name)),
                     int(switch and cp.pfc_on(node.name)), *kmin, *kmax, *pmax, *xoff, *xon,
-                    *_trim_cfg(cp, switch, peer_host))
+                    *_trim_cfg(cp, switch and trim, peer_host))
 
 
 def _trim_cfg(cp: CongestionPlan, switch: bool, peer_host: bool) -> list[int]:
@@ -102,12 +104,34 @@ def _cfg_fd(plan: Plan) -> int:
 
 def set_ecn(plan: Plan, node: Node, enabled: bool) -> None:
     """Turn RED marking on or off on every port of a switch, live."""
+    _patch(plan, node, 8, struct.pack("=I", int(enabled and node.is_router)))  # ecn_on
+
+
+TRIM_OFF = CFG.size - 4 * (4 + NTC)  # trim_size, the first trimming field (after peer_host)
+
+
+def set_trimming(plan: Plan, node: Node, enabled: bool) -> None:
+    """Turn trimming on (as the plan has it) or off on every port of a switch, live."""
     fd = _cfg_fd(plan)
     try:
         for port in node.interfaces:
             peer = plan.node(port.peer).interface(port.peer_ifname)
-            raw = bytearray(pack_cfg(plan, node, peer.port_id, peer_faces_host(plan, port)))
-            struct.pack_into("=I", raw, 8, int(enabled and node.is_router))  # ecn_on
+            planned = pack_cfg(plan, node, peer.port_id, peer_faces_host(plan, port),
+                               trim=enabled)
+            raw = bytearray(libbpf.lookup(fd, port.port_id, CFG.size))
+            raw[TRIM_OFF:] = planned[TRIM_OFF:]
+            libbpf.update(fd, port.port_id, bytes(raw))
+    finally:
+        os.close(fd)
+
+
+def _patch(plan: Plan, node: Node, offset: int, value: bytes) -> None:
+    """Overwrite `value` at `offset` in the cfg entry of every port of `node`, live."""
+    fd = _cfg_fd(plan)
+    try:
+        for port in node.interfaces:
+            raw = bytearray(libbpf.lookup(fd, port.port_id, CFG.size))
+            raw[offset:offset + len(value)] = value
             libbpf.update(fd, port.port_id, bytes(raw))
     finally:
         os.close(fd)

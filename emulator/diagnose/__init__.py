@@ -14,7 +14,8 @@ from .evidence import Evidence
 from .rules import Finding, Severity
 
 KINDS = ("pause-storm", "ecn-off", "dcqcn-off-host", "ecmp-collision", "congested-spine",
-         "routing", "gray-link", "lossless-drops", "mtu-mismatch")
+         "routing", "gray-link", "lossless-drops", "mtu-mismatch",
+         "trimming-hotspot")
 
 
 def diagnose(ev: Evidence, flow: str | None = None, src: str | None = None,

@@ -36,7 +36,8 @@ class Sampler(threading.Thread):
         for s in self.reader.read():
             key = (s.node, s.port, s.tc)
             base = self.baseline[key]
-            if s.values["tx_packets"] == base["tx_packets"] and not self.series.get(key):
+            if (s.values["tx_packets"] == base["tx_packets"] and s.values["trim"] == base["trim"]
+                    and not self.series.get(key)):  # idle (a class that trimmed all is not)
                 continue
             for k in SERIES_KEYS:
                 v = s.values[k] - (base[k] if k not in ("queued", "buffered") else 0)

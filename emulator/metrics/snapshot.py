@@ -68,22 +68,27 @@ class PortSample(TypedDict):
     rx_ce: int
     pause_tx: int
     pause_rx: int
+    trim: int  # packets trimmed at this port's egress (switch ports, trimmable TCs)
+    tx_trim: int  # ... of them sent
+    dropped_trim: int  # ... of them dropped (the priority class was full)
     series: PortSeries
 
 
 SERIES_KEYS = tuple(PortSeries.__annotations__)
-COUNTED = ("tx_packets", "tx_bytes", "ce_marked", "ecn_capable", "rx_ce", "pause_tx", "pause_rx")
+COUNTED = ("tx_packets", "tx_bytes", "ce_marked", "ecn_capable", "rx_ce", "pause_tx", "pause_rx",
+           "trim", "tx_trim", "dropped_trim")
 
 
 def port_sample(node: str, port: str, tc: int, start: Mapping[str, int], end: Mapping[str, int],
                 series: PortSeries) -> PortSample:
     """A port's sample from the dataplane's counters at the window's start and end."""
-    d = {k: end[k] - start[k] for k in COUNTED}
+    d = {k: end.get(k, 0) - start.get(k, 0) for k in COUNTED}
     return PortSample(node=node, port=port, tc=tc, max_queued=end["max_queued"],
                       max_buffered=end["max_buffered"], tx_packets=d["tx_packets"],
                       tx_bytes=d["tx_bytes"], ce_marked=d["ce_marked"],
                       ecn_capable=d["ecn_capable"], rx_ce=d["rx_ce"], pause_tx=d["pause_tx"],
-                      pause_rx=d["pause_rx"], series=series)
+                      pause_rx=d["pause_rx"], trim=d["trim"], tx_trim=d["tx_trim"],
+                      dropped_trim=d["dropped_trim"], series=series)
 
 
 def port_from_json(raw: Mapping[str, Any]) -> PortSample:

@@ -62,6 +62,7 @@ class PortRow:
     marks_per_s: float | None
     pauses_per_s: float | None
     drops: float
+    trims: float = 0.0  # packets trimmed at this egress (every class), since the lab came up
 
 
 @dataclass
@@ -132,10 +133,12 @@ def _ports(p: Index | None, c: Index, rows: int) -> list[PortRow]:
     drops = c.by("rocelab_qdisc_dropped_packets_total", *k)
     for port, v in c.by("rocelab_interface_tx_dropped_packets_total", *k).items():
         drops[port] = drops.get(port, 0.0) + v
+    trims = c.by("rocelab_port_trim_packets_total", *k)
     out = [PortRow(n, port, queue.get((n, port), 0.0), maxq.get((n, port), 0.0),
                    tx.get((n, port), 0.0) * 8 if p else None,
                    marks.get((n, port)) if p and marks else None,
-                   pauses.get((n, port)) if p and pauses else None, drops.get((n, port), 0.0))
+                   pauses.get((n, port)) if p and pauses else None, drops.get((n, port), 0.0),
+                   trims.get((n, port), 0.0))
            for n, port in c.by("rocelab_interface_tx_bytes_total", *k)]
     out.sort(key=lambda r: (-r.queue_bytes, -(r.tx_bps or 0), -r.drops, r.node, r.port))
     return out[:rows]
@@ -188,13 +191,15 @@ def render(v: View) -> RenderableType:
 
 def _ports_table(v: View) -> Table:
     table = Table(title="hottest ports (by queue depth)", expand=True, title_justify="left")
-    for col in ("port", "queue", "peak queue", "Mbit/s out", "marks/s", "pauses/s", "drops"):
+    for col in ("port", "queue", "peak queue", "Mbit/s out", "marks/s", "pauses/s", "drops",
+                "trims"):
         table.add_column(col, justify="left" if col == "port" else "right")
     for r in v.ports:
         table.add_row(f"{r.node}:{r.port}", _bytes(r.queue_bytes), _bytes(r.max_queue_bytes),
                       _opt(None if r.tx_bps is None else r.tx_bps / 1e6, "{:.1f}"),
                       _opt(r.marks_per_s, "{:.0f}"), _opt(r.pauses_per_s, "{:.0f}"),
-                      Text(f"{r.drops:.0f}", style="red" if r.drops else ""))
+                      Text(f"{r.drops:.0f}", style="red" if r.drops else ""),
+                      Text(f"{r.trims:.0f}", style="yellow" if r.trims else ""))
     return table
 
 

@@ -75,3 +75,18 @@ def test_render_flags_sessions_down_and_failed_collectors(scrapes):
     assert v.down == ["leaf1:spine2"] and v.failed == ["engine"]
     out = text(top.render(v), width=160)
     assert "down: leaf1:spine2" in out and "failing: engine" in out
+
+
+def test_trims_column_sums_a_port_s_trimmed_packets(scrapes):
+    plan, prev, cur = scrapes
+    trimmed = copy.deepcopy(cur)
+    fam = next(f for f in trimmed.families if f.name == "rocelab_port_trim_packets_total")
+    fam.samples = [(lb, 7.0 if (lb["node"], lb["port"], lb["tc"]) in
+                    (("leaf3", "decode1", "2"), ("leaf3", "decode1", "0")) else 0.0)
+                   for lb, _ in fam.samples]
+    rows = {(r.node, r.port): r for r in top.view(plan, prev, trimmed, rows=40).ports}
+    assert rows[("leaf3", "decode1")].trims == 14
+    assert sum(r.trims for r in rows.values()) == 14  # nothing else trimmed
+    out = text(top.render(top.view(plan, prev, trimmed, rows=40)), width=140)
+    assert "trims" in out and any("leaf3:decode1" in line and line.rstrip("│ ").split()[-1] == "14"
+                                  for line in out.splitlines())

@@ -12,6 +12,7 @@ symptoms they cause (a pause storm, a congested spine).
     ecmp.py     ecmp-collision, congested-spine
     routing.py  routing (sessions, ECMP width, prefixes, FRR, silent links)
     links.py    gray-link, mtu-mismatch
+    trimming.py trimming-hotspot
 
 `RULES` run on the evidence alone; `congested_spine`, `silent_links` and `gray_link`
 take what the others found (diagnose/__init__.py runs them in that order).
@@ -43,12 +44,14 @@ from .ecn import dcqcn_host, ecn_off
 from .links import gray_link, mtu_mismatch
 from .pfc import lossless_drops, pause_storm
 from .routing import routing, silent_links
+from .trimming import trimming_hotspot
 
 RULES: tuple[Callable[[Evidence], list[Finding]], ...] = (
-    pause_storm, ecn_off, dcqcn_host, ecmp_collision, routing, lossless_drops, mtu_mismatch)
+    pause_storm, ecn_off, dcqcn_host, ecmp_collision, routing, lossless_drops, mtu_mismatch,
+    trimming_hotspot)
 
 __all__ = ["ROCE_TC", "RULES", "AboveKmin", "Finding", "Severity", "above_kmin", "active",
            "ce_entering", "congested_spine", "dcqcn_host", "ecmp_collision", "ecn_off",
            "first_rise", "flow_hops", "flow_links", "gray_link", "item", "latency",
            "lossless_drops", "mark_probability", "mtu_mismatch", "pause_storm", "routing",
-           "silent_links", "tc3_ports"]
+           "silent_links", "tc3_ports", "trimming_hotspot"]

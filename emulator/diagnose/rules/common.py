@@ -28,7 +28,7 @@ class Severity(IntEnum):
 @dataclass
 class Finding:
     kind: str  # pause-storm, ecn-off, dcqcn-off-host, ecmp-collision, congested-spine,
-    # routing, gray-link, lossless-drops, mtu-mismatch
+    # routing, gray-link, lossless-drops, mtu-mismatch, trimming-hotspot
     severity: Severity
     cause: str
     evidence: list[dict[str, Any]]
