@@ -18,20 +18,20 @@ from .conftest import PREFIX, cli, leftovers
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def shortened(tmp: Path, name: str, flows: list[str], actions: int | None = None,
-              **changes: Any) -> Path:
-    """The shipped experiment `name` with only `flows` (and the first `actions` actions),
-    topologies made absolute, written to `tmp`."""
+def shortened(tmp: Path, name: str, flows: list[str] | None = None, actions: int | None = None,
+              fabrics: tuple[str, ...] = ("rc", "mrc"), **changes: Any) -> Path:
+    """The shipped experiment `name` with only `flows` (and the first `actions` actions)
+    on only `fabrics`, topologies made absolute, its expect lines about what is left,
+    written to `tmp`."""
     doc = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+    doc["fabrics"] = {k: v for k, v in doc["fabrics"].items() if k in fabrics}
     for entry in doc["fabrics"].values():
         entry["topology"] = str((ROOT / "experiments" / entry["topology"]).resolve())
-    doc["flows"] = [f for f in doc["flows"] if f["name"] in flows]
+    gone = [f"flows.{f['name']}." for f in doc["flows"] if flows is not None and f["name"] not in flows]
+    gone += [f"fabrics.{k}." for k in ("rc", "mrc") if k not in fabrics]
+    doc["flows"] = [f for f in doc["flows"] if flows is None or f["name"] in flows]
     doc["actions"] = doc.get("actions", [])[:actions]
-    keep = [e for e in doc.get("expect", []) if all(
-        f"flows.{n}." not in e for n in {f["name"] for f in
-                                          yaml.safe_load((ROOT / "experiments" / f"{name}.yaml")
-                                                         .read_text())["flows"]} - set(flows))]
-    doc["expect"] = keep
+    doc["expect"] = [e for e in doc.get("expect", []) if not any(g in e for g in gone)]
     doc.update(changes)
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -42,7 +42,7 @@ def run(path: Path, name: str) -> dict[str, Any]:
     try:
         res, _ = runner.run_compare(path, name=name)
     finally:
-        for label in ("rc", "mrc"):
+        for label in yaml.safe_load(path.read_text())["fabrics"]:
             cli("down", f"{name}-{label}", check=False)
     assert not leftovers(name)
     return dict(res)
@@ -98,3 +98,41 @@ def test_collisions_mrc_spreads_evenly_and_its_handoffs_are_faster(collisions):
     assert rc["handoff_p99_s"] >= 1.2 * mrc["handoff_p99_s"]
     spines = res["fabrics"]["mrc"]["traffic"]["spine_bytes"]  # the switches' own counters agree
     assert abs(spines["spine1"] - spines["spine2"]) <= 0.1 * max(spines.values())
+
+
+@pytest.fixture(scope="module")
+def incast(tmp_path_factory):
+    """A 3:1 incast with a victim beside it: RC with PFC, MRC with trimming."""
+    return run(shortened(tmp_path_factory.mktemp("mrc-incast"), "mrc-trimming-incast",
+                         duration="40s"), f"{PREFIX}mt")
+
+
+def test_incast_mrc_trims_instead_of_pausing_and_spares_the_victim(incast):
+    res = incast
+    rc, mrc = res["fabrics"]["rc"], res["fabrics"]["mrc"]
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)
+    assert rc["pfc"]["pauses"] > 0 and rc["trimming"]["trim"] == 0  # RC: lossless, paused
+    assert mrc["pfc"]["pauses"] == 0 and mrc["lossless_drops"] == 0  # MRC: never paused ...
+    assert mrc["trimming"]["last_hop"] > 0  # ... trimmed at decode1's leaf port instead
+    got = {f["name"]: f for f in mrc["flows"]}
+    assert sum(got[n]["mrc"]["trim_nacks_received"] for n in ("i1", "i2", "i3")) > 0
+    assert got["victim"]["slowdown"] <= 1.1  # against its own unloaded run, same lab
+
+
+@pytest.fixture(scope="module")
+def plane_loss(tmp_path_factory):
+    """Plane 1 of 2 fails between two identical MRC transfers (MRC only: RC's QP on the
+    lost plane takes its whole retry budget to fail)."""
+    return run(shortened(tmp_path_factory.mktemp("mrc-planes"), "mrc-plane-loss",
+                         fabrics=("mrc",), duration="40s"), f"{PREFIX}mp")
+
+
+def test_plane_loss_leaves_mrc_about_half_its_rate_and_fails_nothing(plane_loss):
+    res = plane_loss
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)
+    mrc = res["fabrics"]["mrc"]
+    assert mrc["summary"]["failed_flows"] == 0 and mrc["integrity_ok"]
+    after = flow(res, "mrc", "after")
+    assert 1.8 <= after["slowdown"] <= 2.2  # (N-1)/N of the two-plane rate, N = 2
+    lost = [p for p in after["mrc"]["paths"] if p["plane"] == 1]
+    assert lost and all(p["state"] != "good" for p in lost)  # the lost plane's EVs retired
