@@ -199,7 +199,7 @@ def test_the_failure_expect_lines_pass_and_fail_on_interruptions_and_failures():
     rc_survived = {n: v | {"failed": False} for n, v in rc.items()}
     doc = _doc(_fabric(failed_flows=0), _fabric(failed_flows=4),
                {"rc": rc_survived, "mrc": slow})
-    assert len(_failed_lines("mrc-vs-rc-failure", doc)) == 6  # all but integrity_ok
+    assert len(_failed_lines("mrc-vs-rc-failure", doc)) == 5  # all but integrity_ok
 
 
 def test_trims_are_counted_per_run_and_split_last_hop_from_fabric():
