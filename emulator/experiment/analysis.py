@@ -363,8 +363,10 @@ def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str,
             handoffs[f["name"]] = {"count": len(durations), "p50_s": p50, "p99_s": p99,
                                    "max_s": durations[-1]}
     pauses = sum(bytes_between(p["series"].get("pause_tx", []), t0, t1) for p in ports)
+    fct_p50, fct_p99 = p50_p99([f.get("fct_s") or 0.0 for f in flows  # its flows' FCTs
+                                if f["name"] in members and f.get("fct_s") is not None], 4)
     return {"from_s": t0, "to_s": t1, "rates_bps": rates_in, "handoffs": handoffs,
-            "pauses": round(pauses)}
+            "pauses": round(pauses), "fct_p50_s": fct_p50, "fct_p99_s": fct_p99}
 
 
 def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
