@@ -326,7 +326,8 @@ def check_reach(plan: Plan, timeout_s: float = 1.0,
     """Hosts answer ICMP echo: the `pairs` given, else reach.probe_pairs; `answered(done,
     total)` as replies come in."""
     wanted = pairs if pairs is not None else probe_pairs(plan.hosts)
-    missing = unreachable_pairs(plan.hosts, timeout_s, wanted, answered)
+    missing = unreachable_pairs(plan.hosts, timeout_s, wanted, answered,
+                                every_nic=plan.planes > 1)  # each plane reaches every host
     return CheckResult("reach", not missing, [f"{s} cannot reach {d}" for s, d in missing],
                        len(wanted) - len(missing), len(wanted), len(missing))
 

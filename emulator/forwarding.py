@@ -40,7 +40,8 @@ def egress_port(plan: Plan, src: Node, dst: Node, sport: int, dport: int = ROCE_
     """The port (an uplink is named after its spine) src's leaf picks for this UDP flow;
     None where the fabric does not say (evpn; l2 before the destination's MAC was
     learned). `rail`: a multi-NIC host's QP on NIC `rail` (to the peer's NIC of that
-    index), which enters the fabric at that rail's leaf."""
+    index), which enters the fabric at that rail's leaf; on a multi-plane fabric NIC k is
+    plane k, so rail=k answers with a spine of plane k (`p<k>spine<i>`)."""
     nic = src.interfaces[rail] if rail is not None else src.interfaces[0]
     if src.homing is Homing.DUAL and plan.fabric is FabricMode.L3:  # the host's own ECMP picks
         dev = _route_dev(src, ["from", src.address or "", "ipproto", "udp", "sport", str(sport),

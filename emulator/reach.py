@@ -90,22 +90,36 @@ def probe_pairs(hosts: list[Node], full_mesh_max: int = FULL_MESH_MAX) -> list[t
     return pairs
 
 
+def _targets(hosts: list[Node], every_nic: bool) -> tuple[list[tuple[str, str]], dict[str, list[int]]]:
+    """(host, address) each echo goes to, its index the echo's sequence number: a host's
+    own address, or (every_nic) each of its NICs'; and host -> its targets' indexes."""
+    targets = [(h.name, ip) for h in hosts
+               for ip in (h.addresses if every_nic and h.addresses else [h.address or ""])]
+    of: dict[str, list[int]] = {}
+    for i, (name, _) in enumerate(targets):
+        of.setdefault(name, []).append(i)
+    return targets, of
+
+
 def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0,
                       pairs: list[tuple[str, str]] | None = None,
-                      answered: Answered | None = None) -> list[tuple[str, str]]:
+                      answered: Answered | None = None,
+                      every_nic: bool = False) -> list[tuple[str, str]]:
     """Ping the (src, dst) `pairs` (default: probe_pairs, a full mesh of a small lab);
-    return the pairs that got no reply. `answered(done, total)` each time more replied."""
+    return the pairs that got no reply. `answered(done, total)` each time more replied.
+    `every_nic` (a multi-plane fabric): every address of dst must answer, so every plane
+    is checked."""
     if len(hosts) < 2:
         return []
     pairs = pairs if pairs is not None else probe_pairs(hosts)
     base = os.getpid() & 0x7FFF
     idents = {(base + i) & 0xFFFF: h for i, h in enumerate(hosts)}
-    index = {h.name: i for i, h in enumerate(hosts)}
+    targets, of = _targets(hosts, every_nic)
     # a host whose namespace cannot send (an rxe host's gave its address to its guest)
     # still answers
     silent = {h.name for h in hosts if not kind_of(h).probes_reach}
-    pending = {p for p in pairs if p[0] not in silent}
-    told = _teller(answered, len(pairs))
+    pending = {(src, t) for src, dst in pairs if src not in silent for t in of[dst]}
+    told = _teller(answered, len(pending) + sum(len(of[d]) for s, d in pairs if s in silent))
     with ExitStack() as stack:
         socks = {}
         for ident, h in idents.items():
@@ -121,14 +135,14 @@ def unreachable_pairs(hosts: list[Node], timeout_s: float = 1.0,
         next_send = 0.0
         while pending and time.monotonic() < deadline:
             if time.monotonic() >= next_send:
-                for src, dst in pending:
-                    pkt = echo_request(ident_of[src], index[dst])
-                    socks[ident_of[src]].sendto(pkt, (hosts[index[dst]].address, 0))
+                for src, t in pending:
+                    pkt = echo_request(ident_of[src], t)
+                    socks[ident_of[src]].sendto(pkt, (targets[t][1], 0))
                 next_send = time.monotonic() + RESEND_S
             for fd, _ in poller.poll(20):  # poll, not select: hundreds of hosts' fds pass 1024
-                _drain(socks[by_fd[fd]], idents, hosts, pending)
+                _drain(socks[by_fd[fd]], idents, len(targets), pending)
             told(len(pending))
-    return sorted(pending)
+    return sorted({(src, targets[t][0]) for src, t in pending})
 
 
 def _teller(answered: Answered | None, total: int) -> Callable[[int], None]:
@@ -142,13 +156,13 @@ def _teller(answered: Answered | None, total: int) -> Callable[[int], None]:
     return tell
 
 
-def _drain(sock: socket.socket, idents: dict[int, Node], hosts: list[Node],
-           pending: set[tuple[str, str]]) -> None:
+def _drain(sock: socket.socket, idents: dict[int, Node], targets: int,
+           pending: set[tuple[str, int]]) -> None:
     while True:
         try:
             packet = sock.recv(2048)
         except BlockingIOError:
             return
         reply = parse_reply(packet)
-        if reply and reply[0] in idents and reply[1] < len(hosts):
-            pending.discard((idents[reply[0]].name, hosts[reply[1]].name))
+        if reply and reply[0] in idents and reply[1] < targets:
+            pending.discard((idents[reply[0]].name, reply[1]))

@@ -143,6 +143,13 @@ def evpn_status(plan: Plan, node: Node, after: AfterState) -> dict[str, Any]:
                                  "ok": vni["remote_vteps"] == every}
 
 
+def _plane_of(plan: Plan, k: int) -> dict[str, Any]:
+    """A multi-plane fabric's rail k is plane k: its index and spines ({} otherwise)."""
+    if plan.planes < 2:
+        return {}
+    return {"plane": k, "spines": [n.name for n in plan.plane_nodes(k) if n.kind is Kind.SPINE]}
+
+
 def rail_traffic(plan: Plan) -> list[dict[str, Any]]:
     """Rail-optimized fabrics: per rail (NIC index), its leaves and the bytes every host's
     NIC on it has sent and received (kernel counters); [] when no host has rails."""
@@ -154,7 +161,7 @@ def rail_traffic(plan: Plan) -> list[dict[str, Any]]:
     for h in rail_hosts:
         for p in h.interfaces:
             r = rails.setdefault(p.rail or 0, {"rail": p.rail or 0, "leaves": [], "tx_bytes": 0,
-                                               "rx_bytes": 0})
+                                               "rx_bytes": 0} | _plane_of(plan, p.rail or 0))
             if p.peer not in r["leaves"]:
                 r["leaves"].append(p.peer)
             tx, rx = counters.get(h.name, {}).get(p.name, (0, 0))

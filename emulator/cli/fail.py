@@ -12,12 +12,12 @@ from ..units import UnitError, parse_duration
 from .names import LAB
 from .progress import progress
 
-USAGE = "link A B | node N | flap A B"
+USAGE = "link A B | node N | plane K | flap A B"
 
 
 def target(plan: Plan, words: tuple[str, ...], silent: bool = False,
            gray: dict[str, Any] | None = None) -> faults.Fault:
-    """`link A B` or `node N` (also `flap A B`) -> the fault it names; `gray`: link_fault's
+    """`link A B`, `node N` or `plane K` (also `flap A B`) -> the fault it names; `gray`: link_fault's
     loss/corrupt/rate arguments (a link only).
 
     A node or link the lab does not have is faults.FaultTargetError (exit 4), naming what it has."""
@@ -29,6 +29,8 @@ def target(plan: Plan, words: tuple[str, ...], silent: bool = False,
         return faults.link_fault(plan, rest[0], rest[1], silent, **gray)
     if kind == "node" and len(rest) == 1:
         return faults.node_fault(plan, rest[0], silent)
+    if kind == "plane" and len(rest) == 1:
+        return faults.plane_fault(plan, rest[0], silent)
     raise click.UsageError(f"expected {USAGE}, got {' '.join(words) or 'nothing'}")
 
 
@@ -123,7 +125,7 @@ TIMEOUT = click.FloatRange(min=0)
 def command(name: str, what: tuple[str, ...], silent: bool, loss: str | None, corrupt: str | None,
             rate: str | None, period: float, count: int, no_wait: bool, timeout: float,
             as_json: bool) -> None:
-    """Inject a fault: WHAT is `link A B`, `node N` or `flap A B`.
+    """Inject a fault: WHAT is `link A B`, `node N`, `plane K` or `flap A B`.
 
     \b
     link A B           carrier loss: both router ends of the link go down at once,
@@ -135,6 +137,8 @@ def command(name: str, what: tuple[str, ...], silent: bool, loss: str | None, co
                        gray: the link stays up and routed, but loses, corrupts or
                        slows what crosses it (any of the three, both directions)
     node N             every link of router N fails that way (its FRR keeps running)
+    plane K            every spine of plane K (0-based; a topology with planes: N)
+                       fails as a node does, carrier loss or --silent
     flap A B           the link fails and heals --count times, --period per cycle
 
     Waits until routing has converged around the fault and says how long it

@@ -21,7 +21,7 @@ from .progress import progress
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
 def command(name: str, what: tuple[str, ...], heal_all: bool, no_wait: bool, timeout: float,
             as_json: bool) -> None:
-    """Heal a fault: WHAT is `link A B` or `node N`; or --all.
+    """Heal a fault: WHAT is `link A B`, `node N` or `plane K`; or --all.
 
     Waits until every router's FIB is whole again (full ECMP) and says how
     long it took.
@@ -29,7 +29,7 @@ def command(name: str, what: tuple[str, ...], heal_all: bool, no_wait: bool, tim
     Example: rocelab heal clos-2x4 --all
     """
     if bool(what) == heal_all:
-        raise click.UsageError("give link A B, node N, or --all (one of them)")
+        raise click.UsageError("give link A B, node N, plane K, or --all (one of them)")
     lab.require_root()
     plan = state.lab_plan(name)
     fault = None if heal_all else target(plan, what)

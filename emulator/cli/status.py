@@ -112,12 +112,15 @@ def _span(lo: int, hi: int) -> str:
 
 
 def _rails(st: dict[str, Any]) -> Table:
-    table = Table(title="traffic per rail (host NIC counters)")
-    for col in ("rail", "leaves", "sent", "received"):
+    planes = "plane" in st["rails"][0]  # a multi-plane fabric: NIC k is on plane k
+    table = Table(title=f"traffic per {'plane' if planes else 'rail'} (host NIC counters)")
+    for col in ("plane" if planes else "rail", "leaves", *(["spines"] if planes else []),
+                "sent", "received"):
         table.add_column(col)
     for r in st["rails"]:
-        table.add_row(str(r["rail"]), ", ".join(r["leaves"]), f"{r['tx_bytes'] / 1e6:.1f} MB",
-                      f"{r['rx_bytes'] / 1e6:.1f} MB")
+        spines = [", ".join(r["spines"])] if planes else []
+        table.add_row(str(r["rail"]), ", ".join(r["leaves"]), *spines,
+                      f"{r['tx_bytes'] / 1e6:.1f} MB", f"{r['rx_bytes'] / 1e6:.1f} MB")
     return table
 
 

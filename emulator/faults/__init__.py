@@ -10,6 +10,8 @@
           switch loses power and its optics go dark) or silent (a hung switch
           that keeps its lasers on). The node's FRR daemons are left
           running; docs/faults.md says why.
+    plane every spine of one plane of a multi-plane fabric fails as a node
+          does (carrier or silent): that plane's leaves reach nothing.
     flap  a link failed and healed `count` times, one cycle per `period`.
     gray  a link that stays up but loses, corrupts or slows what crosses it
           (loss_pct, corrupt_pct, rate_bps on a link fault; see effects.py).
@@ -37,6 +39,7 @@ from .model import (
     link_fault,
     links_of,
     node_fault,
+    plane_fault,
 )
 from .recovery import (
     FibWatcher,
@@ -53,5 +56,6 @@ __all__ = [
     "Convergence", "Fault", "FaultError", "FaultEvent", "FaultKind", "FibWatcher", "FlapEvent",
     "HealEvent", "active", "after_state", "apply", "convergence", "effects_of", "events",
     "expected_fib", "expected_forwarding", "fail", "fail_settled", "flap", "gray_args", "heal",
-    "heal_settled", "link_fault", "links_of", "mismatched", "node_fault", "parse_action", "settle",
+    "heal_settled", "link_fault", "links_of", "mismatched", "node_fault", "parse_action", "plane_fault",
+    "settle",
 ]

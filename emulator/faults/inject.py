@@ -36,6 +36,7 @@ from .model import (
     gray_args,
     link_fault,
     node_fault,
+    plane_fault,
     real_rate,
 )
 
@@ -192,8 +193,10 @@ def flap(plan: Plan, fault: Fault, period_s: float, count: int,
 
 
 _FAIL_KEYS = {"link": {"a", "b", "silent", "loss", "corrupt", "rate"}, "node": {"node", "silent"},
+              "plane": {"plane", "silent"},
               "flap": {"a", "b", "silent", "period", "period_s", "count"}}
-_HEAL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"}, "all": set()}
+_HEAL_KEYS = {"link": {"a", "b", "silent"}, "node": {"node", "silent"},
+              "plane": {"plane", "silent"}, "all": set()}
 
 
 def parse_action(plan: Plan, action: dict[str, Any]) -> tuple[str, str, Fault | None]:
@@ -217,6 +220,8 @@ def parse_action(plan: Plan, action: dict[str, Any]) -> tuple[str, str, Fault | 
             return verb, what, None
         if what == "node":
             return verb, what, node_fault(plan, action["node"], silent)
+        if what == "plane":
+            return verb, what, plane_fault(plan, action["plane"], silent)
         gray = gray_args(action.get("loss"), action.get("corrupt"), action.get("rate"))
         return verb, what, link_fault(plan, action["a"], action["b"], silent, **gray)
     except KeyError as e:
@@ -229,8 +234,10 @@ def apply(plan: Plan, action: dict[str, Any]) -> FaultEvent | HealEvent | FlapEv
     {"fail": "link", "a": "leaf1", "b": "spine2", "silent": false}
     {"fail": "link", "a": "leaf1", "b": "spine2", "loss": "1%"}        (gray: also corrupt, rate)
     {"fail": "node", "node": "spine2", "silent": false}
+    {"fail": "plane", "plane": 1, "silent": false}    (every spine of plane 1; planes > 1)
     {"fail": "flap", "a": "leaf1", "b": "spine1", "period": "2s", "count": 5}   (blocks)
     {"heal": "link", "a": "leaf1", "b": "spine2"} | {"heal": "node", "node": "spine2"}
+    {"heal": "plane", "plane": 1}
     {"heal": "all"}
     """
     verb, what, target = parse_action(plan, action)

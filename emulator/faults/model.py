@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, NamedTuple, TypedDict
 
 from ..errors import ExitCode, NodeNotFoundError, RocelabError
-from ..plan import Node, Plan
+from ..plan import Kind, Node, Plan
 from ..units import UnitError, parse_percent, parse_speed
 
 MIN_WALL_BPS = 8000  # a gray rate's floor as shaped: the pause switch's own "stopped" rate
@@ -53,12 +53,14 @@ class Effect(NamedTuple):
 class FaultKind(str, Enum):
     LINK = "link"
     NODE = "node"
+    PLANE = "plane"  # every spine of one plane of a multi-plane fabric (`a`: the plane index)
 
 
 @dataclass(frozen=True)
 class Fault:
     kind: FaultKind
-    a: str  # link: the first end named (the leaf if a host was named first); node: the node
+    a: str  # link: the first end named (the leaf if a host was named first); node: the node;
+    # plane: the plane's index, as text ("1")
     b: str | None = None  # link: the other end
     silent: bool = False
     # A gray link fault (the link stays up, routing keeps it): any of these, on both ends.
@@ -72,7 +74,7 @@ class Fault:
 
     @property
     def name(self) -> str:
-        return f"link {self.a}-{self.b}" if self.kind is FaultKind.LINK else f"node {self.a}"
+        return f"link {self.a}-{self.b}" if self.kind is FaultKind.LINK else f"{self.kind.value} {self.a}"
 
     def how(self) -> str:
         """What a gray or silent fault does, "loss 1%, rate 500 Mbit/s" ("": carrier loss)."""
@@ -87,7 +89,8 @@ class Fault:
         return f"{self.name} ({self.how()})" if self.how() else self.name
 
     def to_json(self) -> dict[str, Any]:
-        where = {"a": self.a, "b": self.b} if self.kind is FaultKind.LINK else {"node": self.a}
+        where: dict[str, Any] = {"a": self.a, "b": self.b} if self.kind is FaultKind.LINK else (
+            {"plane": int(self.a)} if self.kind is FaultKind.PLANE else {"node": self.a})
         gray = {k: v for k, v in (("loss_pct", self.loss_pct), ("corrupt_pct", self.corrupt_pct),
                                   ("rate_bps", self.rate_bps)) if v is not None}
         return {"fault": self.kind.value, **where, "silent": self.silent} | gray
@@ -95,7 +98,8 @@ class Fault:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Fault:
         kind = FaultKind(d["fault"])
-        a = d["a"] if kind is FaultKind.LINK else d["node"]
+        a = d["a"] if kind is FaultKind.LINK else (
+            str(d["plane"]) if kind is FaultKind.PLANE else d["node"])
         return cls(kind, a, d.get("b"), bool(d.get("silent", False)), d.get("loss_pct"),
                    d.get("corrupt_pct"), d.get("rate_bps"))
 
@@ -137,6 +141,7 @@ class FaultEvent(Stamp, total=False):
     a: str  # link faults: the ends
     b: str
     node: str  # node faults
+    plane: int  # plane faults: the plane (0-based) whose spines all failed
     silent: bool
     name: str  # "link leaf1-spine2", "node spine1"
     inject_s: float  # how long putting the effects in force took
@@ -231,6 +236,31 @@ def node_fault(plan: Plan, name: str, silent: bool = False) -> Fault:
     return Fault(FaultKind.NODE, name, silent=silent)
 
 
+def plane_fault(plan: Plan, plane: object, silent: bool = False) -> Fault:
+    """Every spine of plane `plane` (0-based) of a multi-plane fabric; FaultTargetError
+    naming `plane` and the range the lab has."""
+    if plan.planes < 2:
+        raise FaultTargetError(f"plane: lab {plan.lab} has one plane (topology planes: 1); "
+                               "fail a node or a link instead")
+    try:
+        k = int(str(plane), 10)
+    except ValueError:
+        k = -1
+    if not 0 <= k < plan.planes:
+        raise FaultTargetError(f"plane: {str(plane)[:20]!r} is not a plane of lab {plan.lab}; "
+                               f"planes are 0..{plan.planes - 1}")
+    return Fault(FaultKind.PLANE, str(k), silent=silent)
+
+
+def failed_routers(plan: Plan, fault: Fault) -> list[str]:
+    """The routers a fault takes out whole: a node, or every spine of a plane."""
+    if fault.kind is FaultKind.NODE:
+        return [fault.a]
+    if fault.kind is FaultKind.PLANE:
+        return [n.name for n in plan.plane_nodes(int(fault.a)) if n.kind is Kind.SPINE]
+    return []
+
+
 def _node(plan: Plan, name: str, candidates: Sequence[Node]) -> Node:
     """The node `name`; FaultTargetError naming the `candidates` (routers, or every node)."""
     try:
@@ -253,7 +283,7 @@ def links_of(plan: Plan, fault: Fault) -> list[tuple[str, str]]:
     """The links a fault cuts, as (fault end, far end)."""
     if fault.kind is FaultKind.LINK:
         return [(fault.a, fault.b or "")]
-    return [(fault.a, i.peer) for i in plan.node(fault.a).interfaces]
+    return [(r, i.peer) for r in failed_routers(plan, fault) for i in plan.node(r).interfaces]
 
 
 def gray_args(loss: str | float | None, corrupt: str | float | None,
@@ -316,4 +346,4 @@ def after_state(plan: Plan, faults: list[Fault]) -> AfterState:
                 cut.add(tuple(sorted((a, b))))
     return {"faults": [f.describe() for f in faults],
             "cut_links": [list(c) for c in sorted(cut)],
-            "failed_nodes": sorted(f.a for f in faults if f.kind is FaultKind.NODE)}
+            "failed_nodes": sorted({r for f in faults for r in failed_routers(plan, f)})}

@@ -25,10 +25,7 @@ def check_topology(topo: Topology, source: str) -> None:
     if topo.nodes is not None and isinstance(topo.links, Links):
         raise SpecError(source, "links", "with nodes: (an explicit fabric), links: is the list "
                         "of links, e.g. [{endpoints: [leaf1, spine1]}]")
-    h = topo.hosts
-    if h.rails > 1 and h.dual_homed:
-        raise SpecError(source, "hosts.dual_homed", "a host is either rail-optimized "
-                        f"(rails {h.rails}) or dual-homed, not both")
+    _check_homing(topo, source)
     if topo.fabric is not FabricMode.L3:
         _check_bridged(topo, source)
     nets = {k: ipaddress.IPv4Network(v) for k, v in topo.pools.model_dump().items()}
@@ -38,6 +35,28 @@ def check_topology(topo: Topology, source: str) -> None:
         for b, nb in nets.items():
             if a < b and na.overlaps(nb):
                 raise SpecError(source, f"pools.{b}", f"{nb} overlaps pools.{a} ({na})")
+
+
+def _check_homing(topo: Topology, source: str) -> None:
+    """Rails, dual homing and planes: at most one way of giving a host several NICs."""
+    h = topo.hosts
+    if h.rails > 1 and h.dual_homed:
+        raise SpecError(source, "hosts.dual_homed", "a host is either rail-optimized "
+                        f"(rails {h.rails}) or dual-homed, not both")
+    if topo.planes > 1:
+        _check_planes(topo, source)
+
+
+def _check_planes(topo: Topology, source: str) -> None:
+    """planes > 1: a 2-tier routed Clos per plane, one NIC per plane on every host."""
+    h = topo.hosts
+    other = {"fabric": topo.fabric is not FabricMode.L3, "pods": topo.pods is not None,
+             "nodes": topo.nodes is not None, "hosts.rails": h.rails > 1,
+             "hosts.dual_homed": h.dual_homed}
+    for where, used in other.items():
+        if used:
+            raise SpecError(source, where, f"not with planes {topo.planes}: each plane is a "
+                            "2-tier l3 Clos and every host has one NIC per plane")
 
 
 def _check_bridged(topo: Topology, source: str) -> None:

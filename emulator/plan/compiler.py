@@ -71,7 +71,7 @@ def _nodes(topo: Topology, sk: skeleton.Skeleton, ifs: dict[str, list[Interface]
             routes=info.get("routes", ()), static_routes=info.get("static", ()),
             stp_priority=_stp_priority(topo, n), bgp_keepalive=k["keepalive"],
             bgp_hold=k["hold"], maximum_paths=k["maximum_paths"], bfd=k["bfd"],
-            bfd_interval_ms=k["interval_ms"], bfd_multiplier=k["multiplier"],
+            bfd_interval_ms=k["interval_ms"], bfd_multiplier=k["multiplier"], plane=n.plane,
             ecmp_hash=k["ecmp_hash"], frr_snippet=k["frr"] if routed and n.kind is not Kind.HOST
             else ""))
     return nodes
@@ -93,7 +93,7 @@ def _plan(topo: Topology, source: str, nodes: list[Node], links: list[Link],
         bgp_hold=topo.bgp.hold, loopback_pool=topo.pools.loopbacks, host_pool=topo.pools.hosts,
         fabric_pool=topo.pools.fabric if topo.addressing is Addressing.NUMBERED else None,
         nodes=tuple(nodes), links=tuple(links), source=source, congestion=congestion,
-        fabric=topo.fabric, pods=topo.pods, frr_configs=_configs_dir(topo, source),
+        fabric=topo.fabric, pods=topo.pods, planes=topo.planes, frr_configs=_configs_dir(topo, source),
         aggregates=aggregates,
         l2=None if topo.fabric is FabricMode.L3 else L2Plan(
             stp=l2.stp, root=l2.root, forward_delay_s=l2.forward_delay,

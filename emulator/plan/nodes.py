@@ -61,6 +61,7 @@ class Node:
     ecmp_hash: EcmpHash = EcmpHash.L4
     frr_snippet: str = ""  # user FRR configuration applied after the rendered one
     host_kind: HostKind = HostKind.ENGINE  # hosts: rocelab's engine, or Soft-RoCE in a guest
+    plane: int | None = None  # planes > 1: the plane (0-based) of a spine or leaf; else None
 
     @property
     def is_router(self) -> bool:

@@ -43,6 +43,7 @@ class Plan:
     pods: int | None = None  # 3-tier
     frr_configs: str | None = None  # a directory of <router>/frr.conf replacing the rendered ones
     aggregates: tuple[tuple[str, str], ...] = ()  # (leaf, the /24 it announces for its hosts)
+    planes: int = 1  # parallel planes: plane k its own Clos, NIC k of every host on it
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
     _healthy: dict[str, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
     _targets: list[routing.Target] = field(
@@ -91,6 +92,9 @@ class Plan:
         if supers and self.pods:
             return (f"{len(supers)} superspines over {self.pods} pods of "
                     f"{len(self.spines) // self.pods} spines x {len(self.leaf_nodes) // self.pods} leaves")
+        if self.planes > 1:
+            return (f"{self.planes} planes of {len(self.spines) // self.planes} spines x "
+                    f"{len(self.leaf_nodes) // self.planes} leaves")
         return (f"{len(supers)} superspines, " if supers else "") + \
             f"{len(self.spines)} spines x {len(self.leaf_nodes)} leaves"
 
@@ -136,9 +140,16 @@ class Plan:
         return list(self._targets)
 
     def fib_prefixes(self, router: Node) -> list[str]:
-        """Prefixes `router` must learn through BGP (not those it originates itself)."""
+        """Prefixes `router` must learn through BGP (not those it originates itself; on a
+        multi-plane fabric only its own plane's)."""
         return [p for p, origins in self.fib_targets()
-                if router.name not in {leaf for leaf, _ in origins}]
+                if router.name not in {leaf for leaf, _ in origins}
+                and (router.plane is None or any(self.node(leaf).plane == router.plane
+                                                 for leaf, _ in origins))]
+
+    def plane_nodes(self, plane: int) -> list[Node]:
+        """The spines and leaves of plane `plane` (0-based; [] on a single-plane fabric)."""
+        return [n for n in self.routers if n.plane == plane]
 
     def expected_widths(self, cut: routing.Cut = frozenset(),
                         dead: frozenset[str] = frozenset()) -> dict[str, dict[str, int]]:
@@ -178,6 +189,10 @@ class Plan:
         d.pop("_index")
         d.pop("_healthy")
         d.pop("_targets")
+        if self.planes == 1:  # a single-plane plan reads as it always has
+            d.pop("planes")
+            for node in d["nodes"]:
+                node.pop("plane")
         return _jsonable(d)
 
 

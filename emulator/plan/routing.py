@@ -85,9 +85,10 @@ def expected_widths(plan: Plan, cut: Cut = frozenset(), dead: frozenset[str] = f
         live = {leaf for leaf, host in origins if leaf in alive
                 and (host is None or frozenset((leaf, host)) not in cut)}
         paths = path_vector(plan, sessions, live)
+        planes = {plan.node(leaf).plane for leaf, _ in origins}
         for r in routers:
-            if r.name in {leaf for leaf, _ in origins}:
-                continue
+            if r.name in {leaf for leaf, _ in origins} or r.plane not in planes:
+                continue  # its own, or another plane's (planes > 1: no path between planes)
             width, _ = paths.get(r.name, (0, ()))
             out[r.name][prefix] = min(width, r.maximum_paths)
     return out

@@ -25,6 +25,7 @@ class SkNode:
     role: str | None = None
     homing: Homing = Homing.SINGLE
     asn: int | None = None  # explicit (nodes:) ASN
+    plane: int | None = None  # planes > 1: the plane of a spine or leaf
 
 
 @dataclass
@@ -73,6 +74,8 @@ def _roles(topo: Topology, leaves: list[str]) -> dict[str, str]:
 
 def _generated(topo: Topology, source: str) -> Skeleton:
     """2-tier (spines x leaves) or 3-tier (pods under superspines) Clos, hosts on leaves."""
+    if topo.planes > 1:
+        return _planes(topo, source)
     pods = topo.pods or 1
     supers = [SkNode(f"super{i}", Kind.SUPERSPINE) for i in range(1, topo.superspines + 1)]
     spines = [SkNode(f"spine{(p - 1) * topo.spines + i}", Kind.SPINE, pod=topo.pods and p)
@@ -91,13 +94,39 @@ def _generated(topo: Topology, source: str) -> Skeleton:
     return Skeleton(supers + spines + leaves + hosts, links + host_links)
 
 
+def plane_node(kind: Kind, plane: int, i: int) -> str:
+    """p0spine1, p1leaf2: a spine or leaf of plane `plane` (0-based) on a multi-plane fabric."""
+    return f"p{plane}{kind.value}{i}"
+
+
+def _planes(topo: Topology, source: str) -> Skeleton:
+    """planes > 1: per plane its own spines x leaves Clos; host group j hangs off leaf j of
+    every plane, NIC k on plane k (the hosts' rail k: hosts.roles/counts name plane 0's leaf)."""
+    spines, leaves, links = [], [], []
+    for k in range(topo.planes):
+        ps = [SkNode(plane_node(Kind.SPINE, k, i), Kind.SPINE, plane=k)
+              for i in range(1, topo.spines + 1)]
+        pl = [SkNode(plane_node(Kind.LEAF, k, j), Kind.LEAF, plane=k)
+              for j in range(1, topo.leaves + 1)]
+        links += [_tier_link(topo, leaf, spine) for leaf in pl for spine in ps
+                  for _ in range(links_spec(topo).parallel)]
+        spines += ps
+        leaves += pl
+    _check_host_names(topo, source, [n.name for n in leaves[:topo.leaves]])
+    columns = [leaves[j::topo.leaves] for j in range(topo.leaves)]  # leaf j of every plane
+    hosts, host_links = _grouped_hosts(topo, columns, Homing.RAIL)
+    return Skeleton(spines + leaves + hosts, links + host_links)
+
+
 def _check_host_names(topo: Topology, source: str, leaves: list[str]) -> None:
     h = topo.hosts
     for where, keys in (("hosts.roles", h.roles), ("hosts.counts", h.counts)):
         for leaf in keys:
             if leaf not in leaves:
                 raise SpecError(source, f"{where}.{leaf}", f"no such leaf; leaves are "
-                                f"leaf1..leaf{len(leaves)}")
+                                f"{leaves[0]}..{leaves[-1]}" + (
+                                    " (plane 0's: its hosts have a NIC in every plane)"
+                                    if topo.planes > 1 else ""))
     group = h.rails if h.rails > 1 else (2 if h.dual_homed else 1)
     if group > 1:
         what = f"hosts.rails {h.rails}" if h.rails > 1 else "hosts.dual_homed"
@@ -116,12 +145,21 @@ def _generated_hosts(topo: Topology, source: str, leaves: list[SkNode]
     h = topo.hosts
     group = h.rails if h.rails > 1 else (2 if h.dual_homed else 1)
     homing = Homing.RAIL if h.rails > 1 else (Homing.DUAL if h.dual_homed else Homing.SINGLE)
-    roles = _roles(topo, [n.name for n in leaves])
+    return _grouped_hosts(topo, [leaves[g:g + group] for g in range(0, len(leaves), group)],
+                          homing)
+
+
+def _grouped_hosts(topo: Topology, groups: list[list[SkNode]], homing: Homing
+                   ) -> tuple[list[SkNode], list[SkLink]]:
+    """Each group's hosts, one NIC on each leaf of the group (its order: NIC order); the
+    group's first leaf names its role and count."""
+    h = topo.hosts
+    roles = _roles(topo, [g[0].name for g in groups]) if topo.planes > 1 else \
+        _roles(topo, [n.name for g in groups for n in g])
     counters: dict[str, int] = {}
     hosts: list[SkNode] = []
     links: list[SkLink] = []
-    for g in range(0, len(leaves), group):
-        members = leaves[g:g + group]
+    for members in groups:
         role = roles[members[0].name]
         for _ in range(h.counts.get(members[0].name, h.per_leaf)):
             counters[role] = counters.get(role, 0) + 1

@@ -9,6 +9,7 @@ topology picture, report.md and report.html read.
 from __future__ import annotations
 
 import bisect
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -190,16 +191,21 @@ def _title(kind: str, r: dict[str, Any]) -> str:
     return f"transfer: {r['op']} {r['src']} -> {r['dst']} on lab {r['lab']}"
 
 
+def _is_spine(node: str) -> bool:
+    """spine3, or a multi-plane fabric's p1spine2 (plan.skeleton's generated names)."""
+    return re.fullmatch(r"(p\d+)?spine\d+", node) is not None
+
+
 def _spine_bytes(ports: list[dict[str, Any]], link_bytes: dict[str, float]) -> dict[str, float]:
     """Bytes each spine sent down to the leaves: how ECMP spread the load (sampled data
     classes on congestion labs, else the recorded interface counters)."""
     out: dict[str, float] = defaultdict(float)
     for p in ports:
-        if p["node"].startswith("spine") and p.get("tc") != CNP_TC:
+        if _is_spine(p["node"]) and p.get("tc") != CNP_TC:
             out[p["node"]] += p.get("tx_bytes", 0)
     if not ports:
         for key, sent in link_bytes.items():
-            if key.startswith("spine"):
+            if _is_spine(key.split(":")[0]):
                 out[key.split(":")[0]] += sent
     return dict(sorted(out.items()))
 

@@ -43,7 +43,7 @@ def _positions(plan: Plan) -> dict[str, tuple[float, float]]:
         hosts = [h for h in plan.hosts if h.leaf == leaf.name]
         if not hosts and any(leaf.name in h.leaves for h in plan.hosts):
             pos[leaf.name] = (x, ROW_Y[Kind.LEAF])  # a rail or second leaf of hosts drawn before
-            x += 1.2
+            x += 2.6 if plan.planes > 1 else 1.2  # room for the plane's own spines above
             continue
         for h in hosts:
             pos[h.name] = (x, ROW_Y[Kind.HOST])
@@ -52,11 +52,12 @@ def _positions(plan: Plan) -> dict[str, tuple[float, float]]:
         pos[leaf.name] = ((first + x - 1.0) / 2 if hosts else x, ROW_Y[Kind.LEAF])
         x += 0.6 if hosts else 1.0  # a gap between leaf groups
     for kind, below in ((Kind.SPINE, Kind.LEAF), (Kind.SUPERSPINE, Kind.SPINE)):
-        groups: dict[int | None, list] = {}
+        groups: dict[tuple[int | None, int | None], list] = {}  # (pod, plane): spines over theirs
         for n in plan.of_kind(kind):
-            groups.setdefault(n.pod, []).append(n)
-        for pod, members in groups.items():
-            under = [pos[b.name][0] for b in plan.of_kind(below) if pod is None or b.pod == pod]
+            groups.setdefault((n.pod, n.plane), []).append(n)
+        for group, members in groups.items():
+            under = [pos[b.name][0] for b in plan.of_kind(below)
+                     if group == (None, None) or (b.pod, b.plane) == group]
             lo, hi = min(under), max(under)
             for i, s in enumerate(members):
                 pos[s.name] = (lo + (hi - lo) * (i + 0.5) / len(members), ROW_Y[kind])

@@ -296,6 +296,10 @@ class Topology(Strict):
         "every spine linked to every superspine.")
     superspines: Annotated[int, Field(ge=0, le=32)] = Field(
         0, description="Superspines above the pods (3-tier; needs pods).")
+    planes: Annotated[int, Field(ge=1, le=8)] = Field(
+        1, description="Parallel planes (1-8): plane k (0-based) is its own Clos of `spines` "
+        "spines and `leaves` leaves (p<k>spine<i>, p<k>leaf<j>); every host has one NIC per "
+        "plane, NIC k on plane k. 1: one fabric, names unchanged (fabric l3 only).")
     hosts: Hosts = Field(default_factory=Hosts, description="Hosts per leaf, roles, rails, homing.")
     links: Links | list[LinkSpec] = Field(
         default_factory=Links, description="Speed and MTU per tier and per link, parallel "

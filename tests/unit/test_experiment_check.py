@@ -97,7 +97,7 @@ def test_experiments_that_could_never_run_are_refused_when_read(doc, message):
 
 
 @pytest.mark.parametrize("fault, message", [
-    ({"fail": "teleport", "node": "spine1"}, "fail: 'teleport' is not one of link, node, flap"),
+    ({"fail": "teleport", "node": "spine1"}, "fail: 'teleport' is not one of link, node, plane, flap"),
     ({"fail": "node", "node": "spine9"}, "no node 'spine9'"),
     ({"fail": "link", "a": "leaf1"}, "fail link: missing key 'b'"),
     ({"heal": "node", "nodes": "spine1"}, "heal node: unknown keys"),

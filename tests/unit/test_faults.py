@@ -145,8 +145,8 @@ def test_records_only_count_while_their_effects_are_in_force(plan):
 @pytest.mark.parametrize("action, message", [
     ({"fail": "link", "a": "leaf1"}, "fail link: missing key 'b'"),
     ({"fail": "link", "a": "leaf1", "b": "spine1", "mode": "x"}, r"unknown keys \['mode'\]"),
-    ({"fail": "all"}, "fail: 'all' is not one of link, node, flap"),
-    ({"heal": "flap"}, "heal: 'flap' is not one of link, node, all"),
+    ({"fail": "all"}, "fail: 'all' is not one of link, node, plane, flap"),
+    ({"heal": "flap"}, "heal: 'flap' is not one of link, node, plane, all"),
     ({"fail": "node", "heal": "node", "node": "spine1"}, "exactly one of `fail` or `heal`"),
     ({"fail": "flap", "a": "leaf1", "b": "spine1", "period": "soon"}, "not a duration"),
 ])

@@ -25,7 +25,9 @@ def plan(request):
 
 def test_names_are_stable_and_simple(plan):
     spines = [n.name for n in plan.of_kind(Kind.SPINE)]
-    assert spines == [f"spine{i}" for i in range(1, len(spines) + 1)]
+    per_plane = len(spines) // plan.planes
+    assert spines == ([f"spine{i}" for i in range(1, len(spines) + 1)] if plan.planes == 1 else
+                      [f"p{k}spine{i}" for k in range(plan.planes) for i in range(1, per_plane + 1)])
     for node in plan.nodes:
         assert node.netns == f"{plan.lab}-{node.name}"
         for port in node.interfaces:
