@@ -75,7 +75,8 @@ def test_an_mrc_flow_runs_on_the_engines_mrc_transport_or_is_refused_before_the_
 
 
 def test_the_shipped_comparisons_parse_with_a_transport_per_fabric():
-    for name in ("mrc-vs-rc-collisions", "mrc-vs-rc-failure"):
+    for name in ("mrc-vs-rc-collisions", "mrc-vs-rc-failure", "mrc-trimming-incast",
+                 "mrc-plane-loss"):
         exp, topos = load_fabrics(EXPERIMENTS / f"{name}.yaml")
         assert [exp.transport_on(k) for k in topos] == ["rc", "mrc"], name
         assert len(set(topos.values())) == 1, name  # one topology, two transports
@@ -216,3 +217,27 @@ def test_trims_are_counted_per_run_and_split_last_hop_from_fabric():
            ("leaf3", to_spine, 3): {"trim": 0, "tx_trim": 0, "dropped_trim": 0}}
     assert trims(plan, start, end) == {"trim": 107, "tx_trim": 97, "dropped_trim": 10,
                                        "last_hop": 100, "fabric": 7}
+
+
+def test_the_incast_expect_lines_pass_and_fail_on_pauses_trims_and_the_victim():
+    def fab(pauses: int, trims: int, last_hop: int, victim: float) -> dict[str, Any]:
+        return {"integrity_ok": True, "lossless_drops": 0, "pfc": {"pauses": pauses},
+                "trimming": {"trim": trims, "last_hop": last_hop}, "summary": {},
+                "flows": [{"name": "victim", "slowdown": victim, "integrity_ok": True}]}
+    assert _failed_lines("mrc-trimming-incast", {"fabrics": {
+        "rc": fab(58, 0, 0, 2.1), "mrc": fab(0, 35254, 1679, 1.05)}}) == []
+    bad = _failed_lines("mrc-trimming-incast", {"fabrics": {
+        "rc": fab(0, 3, 0, 1.0), "mrc": fab(4, 0, 0, 1.2)}})
+    assert len(bad) == 6, bad  # all but integrity_ok and lossless_drops
+
+
+def test_the_plane_loss_expect_lines_want_about_half_the_rate_and_no_mrc_failure():
+    def fab(failed: int, during_failed: bool, slowdown: float | None) -> dict[str, Any]:
+        return {"integrity_ok": True, "summary": {"failed_flows": failed},
+                "flows": [{"name": "during", "failed": during_failed, "integrity_ok": True},
+                          {"name": "after", "slowdown": slowdown, "integrity_ok": True}]}
+    good = {"fabrics": {"rc": fab(2, True, None), "mrc": fab(0, False, 2.05)}}
+    assert _failed_lines("mrc-plane-loss", good) == []
+    for mrc, rc_during, n in ((fab(1, True, 1.0), True, 2), (fab(0, False, 3.0), False, 2)):
+        assert len(_failed_lines("mrc-plane-loss", {"fabrics": {
+            "rc": fab(0, rc_during, None), "mrc": mrc}})) == n
