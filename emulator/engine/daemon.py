@@ -251,6 +251,7 @@ class Engine:
                     reductions(qp) for qp in self.dp.qps.values()),
                 "qp_flows": {q: list(key) for q, key in self.dp.qp_flow.items()},
                 "flows": self._flows(), "mrc": self.dp.mrc.stats(),
+                "mrc_transport": self.dp.mrc.endpoint.counters.as_dict(),
                 "histograms": {k: h.to_json() for k, h in self.histograms.items()}}
 
     def _flows(self) -> list[dict[str, Any]]:

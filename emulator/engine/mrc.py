@@ -39,7 +39,7 @@ def sender(job: Job, conn: int, remote: int, planes: int, config: EngineConfig) 
     evs = EvSet(entropy_values(conn << 24 | remote, job.evs, planes),
                 max(1, job.evs * planes // 4), probe_interval_s=ack)
     rtt = BASE_RTT_REAL_S * d if config.line_rate_bps else BASE_RTT_UNSHAPED_S
-    window = config.window * job.mtu
+    window = config.window * job.mtu  # RC's per-QP window: the same bytes in flight
     cc = Nscc(NsccParams(job.mtu, base_rtt_s=rtt, target_s=rtt, max_cwnd=window,
                          init_cwnd=window), time.monotonic())
     return MrcSender(conn, remote, evs, cc, SenderConfig(mtu=job.mtu, ack_timeout_s=ack))

@@ -45,6 +45,8 @@ class MrcCounters:
     tx_errors: int = 0
     malformed: int = 0
     unknown_conn: int = 0
+    turns: int = 0
+    waits: int = 0  # turns that blocked in select(): nothing to receive, nothing to send
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -99,6 +101,7 @@ class MrcEndpoint:
 
     def step(self, now: float) -> int:
         """One turn: receive a burst, answer it, let senders send. Datagrams moved."""
+        self.counters.turns += 1
         moved = self._receive(now)
         for c in self.conns.values():
             poll = getattr(c.half, "poll", None)
@@ -111,6 +114,7 @@ class MrcEndpoint:
 
     def wait(self, timeout: float) -> None:
         if timeout > 0:
+            self.counters.waits += 1
             select.select([self.sock], [], [], timeout)
 
     def next_deadline(self) -> float | None:

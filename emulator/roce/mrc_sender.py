@@ -289,13 +289,16 @@ class MrcSender:
             self._done.extend((m.wr_id, False) for m in self._msgs)
 
     def next_deadline(self) -> float | None:
-        times = [st.sent + self.timeout(st.retries) for st in self._unacked.values()
-                 if not st.lost][:1]
+        """When `poll` has something to do at the latest (0: now)."""
+        if self._resend:
+            return 0.0
+        times = []
+        first = next((st for st in self._unacked.values() if not st.lost), None)
+        if first is not None:  # the oldest transmission times out first
+            times.append(first.sent + self.timeout(first.retries))
         probe = self.evs.next_probe()
         if probe is not None:
             times.append(probe)
-        if self._resend:
-            return 0.0
         return min(times) if times else None
 
     def _unwrap(self, psn24: int) -> int:

@@ -8,6 +8,8 @@ import threading
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from emulator import faults, forwarding
 from emulator.engine import client
 from emulator.engine.job import Job, Op
@@ -15,7 +17,7 @@ from emulator.errors import EngineError, ExitCode
 from emulator.waiting import wait_until
 from emulator.workload import run_transfer
 
-from .conftest import cli
+from .conftest import PREFIX, cli, make_lab
 
 
 def _spine_bytes(res: dict[str, Any]) -> Counter[str]:
@@ -115,3 +117,23 @@ def test_silent_link_failure_mrc_completes_rc_suffers(clos_unnumbered):
     rc = _under_silent_failure(lab, Job(Op.WRITE, size=1 << 30, udp_sports=sport), "rc")
     # direction only: RC waits for routing (BGP hold) and its RTO; MRC for its retirement
     assert rc["failed"] or rc["longest_interruption_s"] > mrc["longest_interruption_s"], (rc, mrc)
+
+
+@pytest.fixture(scope="module")
+def rails():
+    yield from make_lab("topologies/rail-4x8.yaml", f"{PREFIX}mrc-rail")
+
+
+def test_multi_nic_hosts_get_one_ev_set_per_nic(rails):
+    """4 NICs a host: plane k's packets leave NIC k for the peer's NIC k, round robin."""
+    res = json.loads(cli("transfer", rails.name, "--src", "prefill1", "--dst", "decode1",
+                         "--size", "16MiB", "--transport", "mrc", "--evs", "8", "--json",
+                         timeout=300).stdout)
+    assert res["integrity_ok"] is True and not res["failed"]
+    m = res["mrc"]
+    assert m["evs_total"] == 32 and {p["plane"] for p in m["paths"]} == {0, 1, 2, 3}
+    per_plane = Counter()
+    for p in m["paths"]:
+        per_plane[p["plane"]] += p["bytes"]
+    assert all(b >= (16 << 20) // 4 for b in per_plane.values()), per_plane
+    assert all(p["spine"] for p in m["paths"])  # each plane's EVs resolved at its own leaf
