@@ -37,6 +37,7 @@ BFIFO_TCS = (DEFAULT_TC, MRC_TC, CNP_TC)  # the classes with a byte FIFO (lossle
 PAUSED_BPS = 8000  # TBF needs a non-zero rate; 8 kbit/s is a stop at these speeds
 EGRESS, INGRESS = "ffff:fff3", "ffff:fff2"
 PORT_CLASS = 0x10001  # 1:1, the port's line rate
+TCA_STAB_BASE, LINKLAYER_ETHERNET = 1, 1
 
 
 def burst_bytes(rate_bps: int, mtu: int) -> int:
@@ -63,6 +64,8 @@ def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
     idx = socket.if_nametoindex(ifname)
     rate, burst = f"{cp.rate_bps}bit", burst_bytes(cp.rate_bps, mtu)
     ipr.tc("add", "htb", idx, 0x10000, default=0x10)
+    if cp.trim:
+        size_from_skb(idx)
     ipr.tc("add-class", "htb", idx, PORT_CLASS, parent=0x10000, rate=rate, ceil=rate,
            burst=burst, cburst=burst, mtu=mtu + 64)
     floor = f"{max(8000, cp.rate_bps // 1000)}bit"  # tiny assured rate: prio decides
@@ -77,6 +80,32 @@ def apply_port(ipr: IPRoute, ifname: str, cp: CongestionPlan, mtu: int,
                              (INGRESS, ingress_fd, "fabric_ingress")):
         ipr.tc("add-filter", "bpf", idx, ":1", fd=fd, name=name, parent=parent,
                classid=port_id, direct_action=True)
+
+
+def size_from_skb(idx: int) -> None:
+    """Give the port's root HTB a size table (overhead 0, Ethernet): the qdiscs then charge
+    a packet its length as it reaches them, not as it entered the device. The kernel takes
+    a packet's length for the qdiscs before the egress BPF program runs, so without this a
+    frame the program trimmed to 128 bytes would still cost the priority class, and its
+    FIFO's limit, its full size (measured: 80 % of a 2:1 incast trimmed instead of ~55 %,
+    the trimmed headers holding the link as if whole)."""
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    spec = struct.pack("=BBhiIIII", 0, 0, 0, 0, LINKLAYER_ETHERNET, 0, 0, 0)  # tc_sizespec
+    msg = tcmsg()
+    msg["header"]["type"] = 36  # RTM_NEWQDISC without NLM_F_CREATE: change the root
+    msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+    msg["index"], msg["handle"], msg["parent"] = idx, 0x10000, 0xFFFFFFFF  # root, 1:
+    msg["attrs"] = [("TCA_KIND", "htb"),
+                    ("TCA_STAB", struct.pack("=HH", 4 + len(spec), TCA_STAB_BASE) + spec)]
+    msg.encode()
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as nl:  # this namespace's
+        nl.send(bytes(msg.data))
+        ack = nl.recv(4096)
+    err = -struct.unpack_from("=i", ack, 16)[0]  # nlmsgerr.error after the nlmsghdr
+    if err:
+        raise RocelabError(f"cannot give port {idx}'s qdisc a size table: {os.strerror(err)}")
 
 
 def set_port_rate(ipr: IPRoute, idx: int, cp: CongestionPlan, mtu: int, rate_bps: int) -> None:

@@ -87,6 +87,7 @@ class View:
     ecmp: list[str]  # routers below their expected ECMP width
     transfers: list[TransferRow] = field(default_factory=list)
     qps: list[tuple[str, str, float, float]] = field(default_factory=list)  # node, qp, rate, alpha
+    trimming: bool = False  # the lab trims: the ports table has a trims column
 
 
 def view(plan: Plan, prev: Scrape | None, cur: Scrape, rows: int = 10) -> View:
@@ -103,7 +104,7 @@ def view(plan: Plan, prev: Scrape | None, cur: Scrape, rows: int = 10) -> View:
             if w < expected.get((n,), 0)]
     return View(plan.lab, _title(plan), cur.seconds * 1e3, failed, _ports(p, c, rows),
                 int(sum(up.values())), int(sum(sessions.values())), down, ecmp,
-                _transfers(p, c), _qps(c))
+                _transfers(p, c), _qps(c), bool(plan.congestion and plan.congestion.trim))
 
 
 def _title(plan: Plan) -> str:
@@ -191,15 +192,18 @@ def render(v: View) -> RenderableType:
 
 def _ports_table(v: View) -> Table:
     table = Table(title="hottest ports (by queue depth)", expand=True, title_justify="left")
-    for col in ("port", "queue", "peak queue", "Mbit/s out", "marks/s", "pauses/s", "drops",
-                "trims"):
+    cols = ("port", "queue", "peak queue", "Mbit/s out", "marks/s", "pauses/s", "drops")
+    for col in cols + (("trims",) if v.trimming else ()):
         table.add_column(col, justify="left" if col == "port" else "right")
     for r in v.ports:
-        table.add_row(f"{r.node}:{r.port}", _bytes(r.queue_bytes), _bytes(r.max_queue_bytes),
-                      _opt(None if r.tx_bps is None else r.tx_bps / 1e6, "{:.1f}"),
-                      _opt(r.marks_per_s, "{:.0f}"), _opt(r.pauses_per_s, "{:.0f}"),
-                      Text(f"{r.drops:.0f}", style="red" if r.drops else ""),
-                      Text(f"{r.trims:.0f}", style="yellow" if r.trims else ""))
+        cells: list[str | Text] = [f"{r.node}:{r.port}", _bytes(r.queue_bytes),
+                                   _bytes(r.max_queue_bytes),
+                                   _opt(None if r.tx_bps is None else r.tx_bps / 1e6, "{:.1f}"),
+                                   _opt(r.marks_per_s, "{:.0f}"), _opt(r.pauses_per_s, "{:.0f}"),
+                                   Text(f"{r.drops:.0f}", style="red" if r.drops else "")]
+        if v.trimming:
+            cells.append(Text(f"{r.trims:.0f}", style="yellow" if r.trims else ""))
+        table.add_row(*cells)
     return table
 
 

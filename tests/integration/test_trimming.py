@@ -19,15 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pyroute2 import IPRoute
 
 from emulator import netns
+from emulator.congestion import qos
 from emulator.congestion.maps import StatsReader, set_trimming
 
-from .conftest import PREFIX, ROCELAB, make_lab, poll
+from .conftest import PREFIX, ROCELAB, cli, make_lab, poll
 
 TOPOLOGY = Path(__file__).parents[1] / "fixtures" / "trim-incast.yaml"
 PAYLOAD = 1024  # UDP payload: a 1066-byte frame
-PACKETS = 150  # per sender: 160 KB each, twice the receiver's 10 Mbit/s drains 80 KB at most
+PACKETS = 300  # per sender: 320 KB each at 10 Mbit/s (0.26 s), into a port that drains one sender's worth
 THRESHOLD = 64_000  # the fixture's trimming.threshold
 TRIMMED, LASTHOP = 0x1, 0x2
 ETH_P_IP = 0x0800
@@ -50,6 +52,16 @@ class Arrival:
     udp_len: int
     opcode: int
     mrch_flags: int
+    udp_csum: int
+    ip_csum_ok: bool
+
+
+def ip_csum_ok(header: bytes) -> bool:
+    """An IPv4 header's ones'-complement sum, its checksum included, is 0xffff."""
+    total = sum(struct.unpack("!10H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total == 0xFFFF
 
 
 def mrc_payload(psn: int, ev: int) -> bytes:
@@ -87,7 +99,8 @@ def parse(frame: bytes) -> Arrival | None:
         return None
     psn = struct.unpack_from("!I", frame, 50)[0] & 0xFFFFFF  # BTH bytes 8-11
     return Arrival(sport, psn, len(frame), frame[15] >> 2, struct.unpack_from("!H", frame, 16)[0],
-                   udp_len, frame[42], frame[54] & 0xF)
+                   udp_len, frame[42], frame[54] & 0xF, struct.unpack_from("!H", frame, 40)[0],
+                   ip_csum_ok(frame[14:34]))
 
 
 def incast(lab_, senders: list[str], dst: str, dscp: int, dport: int = 4791,
@@ -139,13 +152,25 @@ def settled(lab_, before, where) -> dict:
     return poll(done, timeout=30, what=f"tx_trim to catch up with trim at {where}")
 
 
+def class_sent(lab_, node: str, port: str, tc: int) -> tuple[int, int]:
+    """(bytes, packets) the port's HTB class of `tc` sent, as the qdisc charged them."""
+    with netns.entered(lab_.plan.node(node).netns), IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=port)[0]
+        for c in ipr.get_classes(index=idx):
+            if c["handle"] == qos.classid(tc):
+                basic = c.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
+                return basic["bytes"], basic["packets"]
+    raise AssertionError(f"no HTB class for TC {tc} on {node}:{port}")
+
+
 def check_trimmed(a: Arrival, lasthop: bool) -> None:
     assert (a.length, a.dscp, a.ip_len, a.udp_len, a.opcode) == (128, 11, 114, 94, 0xE0), a
+    assert a.ip_csum_ok and a.udp_csum == 0, a
     assert a.mrch_flags == (TRIMMED | LASTHOP if lasthop else TRIMMED), a
 
 
 def test_last_hop_incast_arrives_trimmed_and_counted(lab):
-    before = counters(lab)
+    before, sent_before = counters(lab), class_sent(lab, "leaf1", "rx1", 6)
     got = incast(lab, ["rx2", "rx3"], "rx1", dscp=18)
     after = settled(lab, before, "leaf1:rx1")
     assert sorted((a.sport, a.psn) for a in got) == sorted(
@@ -157,10 +182,15 @@ def test_last_hop_incast_arrives_trimmed_and_counted(lab):
           f"{after[('leaf1', 'rx1', 2)]['max_queued']} B")
     for a in trimmed:
         check_trimmed(a, lasthop=True)
-    assert {(a.dscp, a.mrch_flags) for a in whole} == {(18, 0)}
+    assert {(a.dscp, a.mrch_flags, a.ip_csum_ok) for a in whole} == {(18, 0, True)}
     assert trims(before, after) == {("leaf1", "rx1", 2): len(trimmed)}
     assert trims(before, after, "tx_trim") == {("leaf1", "rx1", 2): len(trimmed)}
     assert not trims(before, after, "dropped_trim")
+    # the priority class was charged the trimmed length, not the length before the trim
+    # (its size table: qos.size_from_skb), beside the odd control frame it also carries
+    sent = [a - b for a, b in zip(class_sent(lab, "leaf1", "rx1", 6), sent_before)]
+    print(f"priority class: {sent[0]} B in {sent[1]} packets")
+    assert sent[1] >= len(trimmed) and sent[0] < 200 * sent[1], sent
     # the MRC queue never grew past the threshold (plus the frames two CPUs race in)
     assert after[("leaf1", "rx1", 2)]["max_queued"] <= THRESHOLD + 4 * 1066
     poll(lambda: [counters(lab)[("leaf1", "rx1", tc)]["queued"] for tc in (2, 6)] == [0, 0],
@@ -226,3 +256,8 @@ def test_with_trimming_off_the_same_incast_queues_whole(lab):
     print(f"trimming off: max queued {after[('leaf1', 'rx1', 2)]['max_queued']} B")
     assert after[("leaf1", "rx1", 2)]["max_queued"] > 2 * THRESHOLD  # it queued instead
 
+
+
+def test_top_shows_the_trims_column_on_a_trimming_lab(lab):
+    out = cli("top", lab.name, "--once", "--interval", "0.5").stdout
+    assert "hottest ports" in out and "trims" in out, out

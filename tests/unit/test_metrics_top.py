@@ -84,9 +84,12 @@ def test_trims_column_sums_a_port_s_trimmed_packets(scrapes):
     fam.samples = [(lb, 7.0 if (lb["node"], lb["port"], lb["tc"]) in
                     (("leaf3", "decode1", "2"), ("leaf3", "decode1", "0")) else 0.0)
                    for lb, _ in fam.samples]
-    rows = {(r.node, r.port): r for r in top.view(plan, prev, trimmed, rows=40).ports}
+    v = top.view(plan, prev, trimmed, rows=40)
+    rows = {(r.node, r.port): r for r in v.ports}
     assert rows[("leaf3", "decode1")].trims == 14
     assert sum(r.trims for r in rows.values()) == 14  # nothing else trimmed
-    out = text(top.render(top.view(plan, prev, trimmed, rows=40)), width=140)
+    assert not v.trimming and "trims" not in text(top.render(v), width=140)  # the lab does not trim
+    v.trimming = True  # as on a lab whose topology turns trimming on
+    out = text(top.render(v), width=140)
     assert "trims" in out and any("leaf3:decode1" in line and line.rstrip("│ ").split()[-1] == "14"
                                   for line in out.splitlines())
