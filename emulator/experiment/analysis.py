@@ -285,7 +285,8 @@ def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
         "evidence": rec.evidence,
         "trimming": rec.trimming,
     }
-    out["summary"].update(multipath.summary(plan, flow_out, out["summary"]["goodput_bps"]))
+    out["summary"].update(multipath.summary(plan, flow_out, out["summary"]["goodput_bps"],
+                                            out["traffic"]["spine_bytes"] if out["traffic"] else None))
     out["expectations"] = [expect_lines.evaluate(dict(out), expect_lines.parse(line)) for line in exp.expect]
     return out
 

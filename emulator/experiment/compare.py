@@ -38,6 +38,7 @@ BROADCAST_ROWS = ("frames", "uplink_copies_per_frame", "vxlan_copies_per_frame")
 SHAPED_ROWS = ("lossless_drops", "pfc.pauses", "trimming.trim", "trimming.last_hop")
 TRANSPORT_ROWS = ("summary.failed_flows", "summary.longest_interruption_s",  # RC vs MRC
                   "summary.retransmitted_bytes", "summary.path_jain", "summary.path_spread",
+                  "summary.spine_jain", "summary.spine_spread",
                   "summary.goodput_vs_bisection")
 FLOW_TRANSPORT_ROWS = ("longest_interruption_s", "retransmitted_bytes", "slowdown")
 

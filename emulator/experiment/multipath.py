@@ -5,6 +5,8 @@ whether it failed, how much the load or a fault slowed it.
                    transport's own view (an RC QP's spine, the spine each MRC EV hashes to)
     path_jain      Jain's index of the spines' path bytes (1.0: every spine equal)
     path_spread    (max - min) / mean of the spines' path bytes (0.05: within 5 %)
+    spine_spread, spine_jain  the same from the spines' own port counters (every byte they
+                   sent, resends and ACKs included)
     bisection_bps  the cut the flows cross: the least of their sources' and destinations'
                    host links and their leaves' uplinks, at the shaped rate (wall)
     longest_interruption_s  the engine's longest gap in placed-byte progress (fine
@@ -47,6 +49,8 @@ class PathSummary(TypedDict, total=False):
     path_bytes: dict[str, int]
     path_jain: float | None
     path_spread: float | None
+    spine_spread: float | None  # the same from the switches' own counters (traffic.spine_bytes)
+    spine_jain: float | None
     bisection_bps: float | None
     goodput_vs_bisection: float | None
     failed_flows: int
@@ -172,9 +176,10 @@ def _edge(plan: Plan, hosts: set[str]) -> tuple[list[Any], list[Any]]:
     return host_links, uplinks
 
 
-def summary(plan: Plan, flows: Sequence[Mapping[str, Any]], goodput_bps: float | None
-            ) -> PathSummary:
-    """The comparison's numbers over every flow (results.json's `summary`)."""
+def summary(plan: Plan, flows: Sequence[Mapping[str, Any]], goodput_bps: float | None,
+            spine_bytes: Mapping[str, int] | None = None) -> PathSummary:
+    """The comparison's numbers over every flow (results.json's `summary`); `spine_bytes`:
+    what each spine sent by its own port counters (traffic.spine_bytes), when recorded."""
     spines = [s.name for s in plan.of_kind(Kind.SPINE)]
     total: dict[str, int] = dict.fromkeys(spines, 0)
     for f in flows:
@@ -183,7 +188,10 @@ def summary(plan: Plan, flows: Sequence[Mapping[str, Any]], goodput_bps: float |
     loads = [float(total[s]) for s in spines]
     cut = bisection_bps(plan, [(f["src"], f["dst"]) for f in flows])
     gaps = [g for f in flows if (g := f.get("longest_interruption_s")) is not None]
-    return {"path_bytes": total,
+    switch = [float(v) for v in (spine_bytes or {}).values()]
+    return {"spine_spread": spread(switch), "spine_jain": round(jain(switch), 4) if any(switch)
+            else None,
+            "path_bytes": total,
             "path_jain": round(jain(loads), 4) if any(loads) else None,
             "path_spread": spread(loads),
             "bisection_bps": cut,

@@ -135,7 +135,9 @@ def test_spread_jain_and_bisection_of_a_shaped_clos():
               "retransmitted_bytes": 1, "longest_interruption_s": 0.5} for s, d in four[:3]]
     flows.append({"src": "prefill4", "dst": "decode4", "path_bytes": {"spine2": 100},
                   "failed": True, "retransmitted_bytes": 0, "longest_interruption_s": 3.0})
-    got = multipath.summary(plan, flows, 2 * rate)
+    got = multipath.summary(plan, flows, 2 * rate, {"spine1": 103, "spine2": 97})
+    assert got["spine_spread"] == 0.06 and got["spine_jain"] == pytest.approx(0.9991, abs=1e-4)
+    assert multipath.summary(plan, flows, None)["spine_spread"] is None  # not recorded
     assert got["path_bytes"] == {"spine1": 300, "spine2": 100}
     assert got["path_spread"] == 1.0 and got["path_jain"] == pytest.approx(0.8)
     assert got["goodput_vs_bisection"] == 0.5 and got["failed_flows"] == 1
