@@ -116,8 +116,8 @@ def test_incast_mrc_trims_instead_of_pausing_and_spares_the_victim(incast):
     assert mrc["trimming"]["last_hop"] > 0  # ... trimmed at decode1's leaf port instead
     got = {f["name"]: f for f in mrc["flows"]}
     assert sum(got[n]["mrc"]["trim_nacks_received"] for n in ("i1", "i2", "i3")) > 0
-    # the victim against its own unloaded run in the same lab: PFC's head-of-line blocking
-    # slows RC's (2.1x measured), MRC's stays near 1 (1.13x: the engines share 2 cores)
+    # the victim against its twin on unloaded links at the same time: PFC's head-of-line
+    # blocking slows RC's, MRC's stays near 1
     rc_victim = flow(res, "rc", "victim")["slowdown"]
     assert got["victim"]["slowdown"] <= 1.25 and rc_victim >= 1.3 * got["victim"]["slowdown"]
 
@@ -136,6 +136,6 @@ def test_plane_loss_leaves_mrc_about_half_its_rate_and_fails_nothing(plane_loss)
     mrc = res["fabrics"]["mrc"]
     assert mrc["summary"]["failed_flows"] == 0 and mrc["integrity_ok"]
     after = flow(res, "mrc", "after")
-    assert 1.8 <= after["slowdown"] <= 2.2  # (N-1)/N of the two-plane rate, N = 2
+    assert 1.6 <= after["slowdown"] <= 2.5  # about (N-1)/N of the two-plane rate, N = 2
     lost = [p for p in after["mrc"]["paths"] if p["plane"] == 1]
     assert lost and all(p["state"] != "good" for p in lost)  # the lost plane's EVs retired

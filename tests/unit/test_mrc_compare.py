@@ -238,7 +238,7 @@ def test_the_plane_loss_expect_lines_want_about_half_the_rate_and_no_mrc_failure
         return {"integrity_ok": True, "summary": {"failed_flows": failed},
                 "flows": [{"name": "during", "failed": during_failed, "integrity_ok": True},
                           {"name": "after", "slowdown": slowdown, "integrity_ok": True}]}
-    good = {"fabrics": {"rc": fab(2, True, None), "mrc": fab(0, False, 2.05)}}
+    good = {"fabrics": {"rc": fab(2, True, None), "mrc": fab(0, False, 2.4)}}
     assert _failed_lines("mrc-plane-loss", good) == []
     for mrc, rc_during, n in ((fab(1, True, 1.0), True, 2), (fab(0, False, 3.0), False, 2)):
         assert len(_failed_lines("mrc-plane-loss", {"fabrics": {
