@@ -104,7 +104,8 @@ def view(plan: Plan, prev: Scrape | None, cur: Scrape, rows: int = 10) -> View:
             if w < expected.get((n,), 0)]
     return View(plan.lab, _title(plan), cur.seconds * 1e3, failed, _ports(p, c, rows),
                 int(sum(up.values())), int(sum(sessions.values())), down, ecmp,
-                _transfers(p, c), _qps(c), bool(plan.congestion and plan.congestion.trim))
+                _transfers(p, c), _qps(c),
+                trimming=bool(plan.congestion and plan.congestion.trim))
 
 
 def _title(plan: Plan) -> str:

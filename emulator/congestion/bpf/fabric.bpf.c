@@ -61,6 +61,7 @@
 #define TRIM_NONE 0
 #define TRIM_DONE 1
 #define TRIM_DROP 2
+#define TRIM_FAILED 3  // the kernel would not cut it (a GSO frame): queued whole, not counted
 
 struct port_cfg {
     __u32 peer;          // port id at the other end of the veth
@@ -244,12 +245,15 @@ static __always_inline int trim(struct __sk_buff *skb, struct port_cfg *c, struc
         if ((void *)(dport + 1) > (void *)(long)skb->data_end || *dport == bpf_htons(VXLAN_UDP_PORT))
             return TRIM_NONE;  // an encapsulated frame is not trimmed (as Cumulus)
     }
-    __sync_fetch_and_add(&s->trim, 1);
     if (ps->queued + (__s64)size > (__s64)c->trim_limit) {
+        __sync_fetch_and_add(&s->trim, 1);
         __sync_fetch_and_add(&s->dropped_trim, 1);
         return TRIM_DROP;
     }
-    return cut(skb, c, size) ? TRIM_NONE : TRIM_DONE;
+    if (cut(skb, c, size))
+        return TRIM_FAILED;
+    __sync_fetch_and_add(&s->trim, 1);
+    return TRIM_DONE;
 }
 
 SEC("tc")
@@ -276,16 +280,18 @@ int fabric_egress(struct __sk_buff *skb) {
         int t = trim(skb, c, &p, port);
         if (t == TRIM_DROP)
             return TC_ACT_SHOT;
-        if (parse(skb, &p) < 0)  // a helper in trim() may have moved the packet's data
-            return TC_ACT_UNSPEC;
-        if (t == TRIM_DONE) {
-            trimmed_from = from + 1;
-            p.tc = c->trim_tc & (NTC - 1);
-            skb->priority = (1 << 16) | (0x10 + p.tc);
+        if (t != TRIM_NONE) {  // trim()'s helpers ran: the packet's data may have moved
+            if (parse(skb, &p) < 0)
+                return TC_ACT_UNSPEC;
+            if (t == TRIM_DONE) {
+                trimmed_from = from + 1;
+                p.tc = c->trim_tc & (NTC - 1);
+                skb->priority = (1 << 16) | (0x10 + p.tc);
+            }
+            s = stat_of(port, p.tc);
+            if (!s)
+                return TC_ACT_UNSPEC;
         }
-        s = stat_of(port, p.tc);
-        if (!s)
-            return TC_ACT_UNSPEC;
     }
     __s64 depth = __sync_fetch_and_add(&s->queued, skb->len) + skb->len;
     if (depth > 0 && (__u64)depth > s->max_queued)
