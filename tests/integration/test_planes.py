@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,30 @@ def test_shaped_two_planes_carry_twice_one_and_a_lost_plane_spares_the_other():
             assert during["goodput_gbps"] > 0.7 * one["goodput_gbps"], (one, during)
         finally:
             cli("heal", lab.name, "plane", "1")
+
+
+PLANE_EXPERIMENT = """\
+name: plane-loss
+topology: {topology}
+duration: 60s
+flows:
+  - {{name: p0, src: prefill1, dst: decode1, qps: 1, size: 64MiB}}
+actions:
+  - {{at: 0.3s, fault: {{fail: plane, plane: 1}}}}
+  - {{at: 1s, fault: {{heal: plane, plane: 1}}}}
+"""
+
+
+def test_an_experiment_fails_and_heals_a_plane_on_its_timeline(tmp_path):
+    spec = tmp_path / "plane-loss.yaml"
+    spec.write_text(PLANE_EXPERIMENT.format(topology=Path("topologies/clos-2p-2x4.yaml").resolve()))
+    out = tmp_path / "out"
+    cli("run", str(spec), "--out", str(out), "--name", f"{PREFIX}2pexp", timeout=240)
+    r = json.loads((out / "results.json").read_text())
+    fail, heal = r["events"]
+    assert (fail["action"], fail["fault"], fail["plane"], heal["action"]) == (
+        "fail", "plane", 1, "heal")
+    assert fail["after"]["failed_nodes"] == ["p1spine1", "p1spine2"]
+    assert fail["convergence"]["leaf_ecmp"]["p1leaf1"] == [0, 0]
+    assert heal["convergence"]["settled"]
+    assert r["integrity_ok"]  # the flow's one QP is on plane 0: untouched

@@ -15,7 +15,7 @@ from emulator.spec import Addressing, FabricMode
 TOPOLOGIES = sorted(Path("topologies").glob("*.yaml"))
 GOLDEN_TOPOLOGIES = ["clos-2x4", "clos-2x4-numbered", "clos-2x4-cc", "clos-2x4-bfd", "l2-2x4",
                      "evpn-2x4", "clos-3tier", "rail-4x8", "clos-2x4-dual", "clos-2x4-custom",
-                     "explicit-3node"]
+                     "explicit-3node", "clos-2p-2x4"]
 
 
 @pytest.fixture(params=TOPOLOGIES, ids=lambda p: p.stem)

@@ -165,3 +165,14 @@ def test_report_counts_plane_spines_as_spines():
     ports = [{"node": "p1spine2", "tx_bytes": 5}, {"node": "p0leaf1", "tx_bytes": 7},
              {"node": "spine1", "tx_bytes": 3}]
     assert _spine_bytes(ports, {}) == {"p1spine2": 5.0, "spine1": 3.0}
+
+
+def test_planes_with_numbered_links_host_aggregates_and_bfd():
+    plan = _plan(planes=3, leaves=4, addressing="numbered", bgp={"aggregate_hosts": True},
+                 bfd={"enabled": True})
+    assert plan.shape() == "3 planes of 2 spines x 4 leaves"
+    assert plan.hosts[0].addresses == ["10.2.0.1", "10.2.4.1", "10.2.8.1"]
+    assert plan.fib_prefixes(plan.node("p1spine2")) == [
+        "10.2.4.0/24", "10.2.5.0/24", "10.2.6.0/24", "10.2.7.0/24"]  # plane 1's leaves' /24s
+    assert plan.expected_widths()["p2leaf1"] == {
+        "10.2.9.0/24": 2, "10.2.10.0/24": 2, "10.2.11.0/24": 2}
