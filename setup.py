@@ -10,7 +10,8 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(
     "emulator.roce._wire", ["emulator/roce/_wire.c"],
-    depends=["emulator/roce/_wire_send.h", "emulator/roce/_wire_recv.h"],
+    depends=["emulator/roce/_wire_send.h", "emulator/roce/_wire_recv.h",
+             "emulator/roce/_wire_mrc.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers"],
     optional=True,

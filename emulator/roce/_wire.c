@@ -15,6 +15,7 @@
  *   Receiver(capacity, slot)                 one recvmmsg(2) into a ring
  *     .recv(fd, limit) -> (good, bad_icrc, datagrams, bytes, malformed)
  *   configure(Segment, crc32, seed, ext)     the Python objects this module uses
+ *   mrc_build, mrc_parse, mrc_configure      MRC datagrams (_wire_mrc.h, mrc_wire.py)
  *
  * The CRC-32 is the one icrc.py uses (zlib-ng's when installed), called through
  * vectorcall, so both paths share one implementation. No state machine here:
@@ -233,6 +234,7 @@ static int read_run(PyObject *run, RunFields *r, Py_buffer *payload)
 
 #include "_wire_send.h"
 #include "_wire_recv.h"
+#include "_wire_mrc.h"
 
 static PyObject *configure(PyObject *mod, PyObject *args)
 {
@@ -256,6 +258,10 @@ static PyObject *configure(PyObject *mod, PyObject *args)
 
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS, "configure(Segment, crc32, seed, ext: bytes[256])"},
+    {"mrc_configure", mrc_configure, METH_O, "mrc_configure(MrcPacket)"},
+    {"mrc_build", (PyCFunction)(void (*)(void))mrc_build, METH_FASTCALL,
+     "mrc_build(out, MrcPacket, src, dst, tos, ip_id) -> length"},
+    {"mrc_parse", mrc_parse, METH_O, "mrc_parse(view) -> MrcPacket | None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Protocol
 
 from emulator.errors import EngineError
-from emulator.roce import sockfilter
+from emulator.roce import sockfilter, wire
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.headers import Ecn
 from emulator.roce.mrc_wire import MrcPacket, build_into, max_datagram, parse
@@ -62,13 +62,26 @@ class _Conn:
 
 
 class _Builder:
-    """What SendBatch.add calls: builds one MRC packet into a slot."""
+    """What SendBatch.add calls: builds one MRC packet into a slot (compiled: `mrc_build`
+    of _wire_mrc.h, else mrc_wire.build_into)."""
 
-    def __init__(self) -> None:
+    def __init__(self, compiled: Callable[..., int] | None = None) -> None:
         self.src = self.dst = b""
+        self._compiled = compiled
 
     def build_into(self, p: MrcPacket, ip_id: int, tos: int, out: memoryview) -> int:
+        if self._compiled is not None:
+            return self._compiled(out, p, self.src, self.dst, tos, ip_id)
         return build_into(p, self.src, self.dst, tos, ip_id, out)
+
+
+def compiled_mrc() -> tuple[Callable[..., int], Callable[..., MrcPacket | None]] | None:
+    """(mrc_build, mrc_parse) of the compiled data path, configured; None: pure Python."""
+    w = wire.compiled()
+    if w is None or not hasattr(w, "mrc_build"):
+        return None
+    w.mrc_configure(MrcPacket)
+    return w.mrc_build, w.mrc_parse
 
 
 class MrcEndpoint:
@@ -79,7 +92,9 @@ class MrcEndpoint:
         self._data_tos, self._ctrl_tos = dscp << 2 | ecn, CTRL_DSCP << 2
         self._rx = bytearray(65536)
         self._batch = SendBatch(slot_size=SLOT)
-        self._builder = _Builder()
+        fast = compiled_mrc()
+        self._builder = _Builder(fast[0] if fast else None)
+        self._parse = fast[1] if fast else _parse_python
         self._ip_id = 1
         try:
             self.sock = _open(local_ips[0] if len(local_ips) == 1 else "0.0.0.0")
@@ -124,6 +139,7 @@ class MrcEndpoint:
 
     def _receive(self, now: float) -> int:
         recv_into, rx, counters, conns = self.sock.recv_into, self._rx, self.counters, self.conns
+        parse = self._parse
         view = memoryview(rx)
         got = 0
         answered: set[int] = set()
@@ -133,9 +149,8 @@ class MrcEndpoint:
             except BlockingIOError:
                 break
             got += 1
-            try:
-                p = parse(view[:n], in_place=True)
-            except MalformedPacket:
+            p = parse(view[:n])
+            if p is None:
                 counters.malformed += 1
                 continue
             c = conns.get(p.conn)
@@ -177,6 +192,13 @@ class MrcEndpoint:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _parse_python(view: memoryview) -> MrcPacket | None:
+    try:
+        return parse(view, in_place=True)
+    except MalformedPacket:
+        return None
 
 
 def _open(local_ip: str) -> socket.socket:

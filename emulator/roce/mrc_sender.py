@@ -134,29 +134,49 @@ class MrcSender:
             st = self._resend.popleft()
             if self._unacked.get(st.psn) is st:
                 out.append(self._resent(st, now))
-        mpr = self.config.mpr_units * MPR_UNIT
-        cwnd = self.cc.window
-        while (self._msgs and len(out) < budget and self._inflight < cwnd
-               and self._next_psn - self._cack < mpr):
-            out.append(self._new_packet(now))
+        if self._msgs and len(out) < budget:
+            self._new_packets(now, budget - len(out), out)
         for path in self.evs.probes_due(now):
             self.counters.probes_sent += 1
             out.append(MrcPacket(MrcOpcode.PROBE, self.remote_conn, 0, 0, path.plane, path.ev,
                                  ts=timestamp_us(now), ext=self.counters.probes_sent))
         return out
 
-    def _new_packet(self, now: float) -> MrcPacket:
-        msg = self._msgs[0]
-        st = _Pkt(self._next_psn, msg, msg.made, 0, self.evs.next(), now, self._tx)
-        self._next_psn += 1
-        msg.made += 1
-        msg.unacked += 1
-        if msg.made == msg.packets:
-            self._msgs.popleft()
-        off = st.index * self.config.mtu
-        st.length = min(self.config.mtu, len(msg.view) - off)
-        self._unacked[st.psn] = st
-        return self._emit(st, now)
+    def _new_packets(self, now: float, room: int, out: list[MrcPacket]) -> None:
+        """New data packets while the window, the MPR and `room` allow (the hot loop:
+        `_emit` inlined, attributes held in locals)."""
+        msgs, unacked, next_ev, counters = self._msgs, self._unacked, self.evs.next, self.counters
+        mtu, every, conn, ts = self.config.mtu, self.config.ack_every, self.remote_conn, timestamp_us(now)
+        limit = self.cc.window - self._inflight
+        first = psn = self._next_psn
+        last_psn = self._cack + self.config.mpr_units * MPR_UNIT
+        sent = 0
+        while msgs and room and sent < limit and psn < last_psn:
+            msg = msgs[0]
+            index, path = msg.made, next_ev()
+            off = index * mtu
+            n = min(mtu, len(msg.view) - off)
+            unacked[psn] = _Pkt(psn, msg, index, n, path, now, self._tx)
+            self._tx += 1
+            msg.made = index + 1
+            msg.unacked += 1
+            last = msg.made == msg.packets
+            if last:
+                msgs.popleft()
+            imm = last and msg.imm is not None
+            out.append(MrcPacket(OP_WRITE_IMM if imm else OP_WRITE, conn, psn % _PSN,
+                                 F_ACK_REQ if last or psn % every == 0 else 0, path.plane,
+                                 path.ev, msg.number, ts, len(msg.view), msg.va + off, msg.rkey,
+                                 n, (msg.imm or 0) if imm else 0, msg.view[off:off + n]))
+            path.packets += 1
+            path.bytes += n
+            sent += n
+            psn += 1
+            room -= 1
+        self._next_psn = psn
+        self._inflight += sent
+        counters.packets_sent += psn - first
+        counters.bytes_sent += sent
 
     def _resent(self, st: _Pkt, now: float) -> MrcPacket:
         del self._unacked[st.psn]

@@ -257,3 +257,64 @@ def test_a_write_outside_the_region_is_nacked_not_placed():
     (r,) = net.rx.receive(net.wire(p), 0.0)
     assert r.opcode == MrcOpcode.NACK and r.echo == NackCode.ACCESS
     assert net.rx.counters.access_errors == 1 and net.dst == bytearray(4 * MTU)
+
+
+def _packets() -> list[MrcPacket]:
+    data = bytes(range(251)) * 3
+    return [
+        MrcPacket(MrcOpcode.WRITE, 0xABCDE, 0xFFFFFF, 4, 1, 0xC0DE, 7, 0xFFFFFFFF, 753,
+                  va=0x7F0000001003, rkey=0xDEADBEEF, length=753, payload=data),
+        MrcPacket(MrcOpcode.WRITE_IMM, 1, 2, 0, 3, 0xFFFF, 1, 2, 5, va=9, rkey=1, length=5,
+                  imm=0xFEEDBEEF, payload=b"abcde"),
+        MrcPacket(MrcOpcode.WRITE, 1, 2, 0, 0, 0xC000, 0, 0, 0, va=9, rkey=1, length=0),
+        MrcPacket(MrcOpcode.SACK, 5, 100, 0, 2, 0xC001, 3, 44, 55, bitmap=(1 << 64) - 2,
+                  packets=65535, ce=17, echo=1, ref=0xABCDEF),
+        MrcPacket(MrcOpcode.NACK, 5, 7, 0, 0, 0xC002, 9, 1, 2, echo=NackCode.TRIMMED_LASTHOP,
+                  ref=0x123456),
+        MrcPacket(MrcOpcode.PROBE, 5, 0, 0, 1, 0xC003, 0, 123, 4),
+        MrcPacket(MrcOpcode.PROBE_REPLY, 5, 0, 0, 1, 0xC003, 0, 123, 4),
+    ]
+
+
+@pytest.fixture
+def compiled():
+    from emulator.roce import wire
+    from emulator.roce.mrc_endpoint import compiled_mrc
+
+    if wire.compiled() is None:  # as test_roce_wire: not built, or ROCELAB_ENGINE_PURE=1
+        pytest.skip("emulator.roce._wire is not built")
+    fast = compiled_mrc()
+    assert fast is not None, "the compiled data path lacks mrc_build: rebuild (make setup)"
+    return fast
+
+
+def test_compiled_build_and_parse_agree_with_python(compiled):
+    mrc_build, mrc_parse = compiled
+    for p in _packets():
+        want = build(p, A, B, 18 << 2 | 2, 0xBEEF)
+        out = bytearray(5000)
+        n = mrc_build(out, p, A, B, 18 << 2 | 2, 0xBEEF)
+        assert bytes(out[:n]) == bytes(want), hex(p.opcode)
+        q = mrc_parse(memoryview(bytearray(want)))
+        ref = parse(bytearray(want))
+        assert q is not None and type(q) is MrcPacket
+        assert q._replace(payload=bytes(q.payload)) == ref._replace(payload=bytes(ref.payload))
+
+
+def test_compiled_parse_refuses_what_python_refuses(compiled):
+    _, mrc_parse = compiled
+    good = build(_packets()[0], A, B, 0, 1)
+    for mutate in (lambda d: d.__setitem__(100, d[100] ^ 1),  # payload: bad ICRC
+                   lambda d: d.__setitem__(40, 0x21),  # version 2
+                   lambda d: d.__setitem__(28, 0x0A),  # an RC opcode
+                   lambda d: d.__setitem__(slice(22, 24), b"\x12\xb8")):  # port 4792
+        bad = bytearray(good)
+        mutate(bad)
+        assert mrc_parse(memoryview(bad)) is None
+        with pytest.raises(MalformedPacket):
+            parse(bytearray(bad))
+    trimmed = bytearray(good[:114])
+    trimmed[40] |= MrcFlag.TRIMMED
+    trimmed[2:4], trimmed[24:26] = (114).to_bytes(2, "big"), (94).to_bytes(2, "big")
+    q = mrc_parse(memoryview(trimmed))
+    assert q is not None and q.flags & MrcFlag.TRIMMED and q.payload == b"" and q.length == 753
