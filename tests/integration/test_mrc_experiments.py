@@ -119,7 +119,7 @@ def test_incast_mrc_trims_instead_of_pausing_and_spares_the_victim(incast):
     # the victim against its twin on unloaded links at the same time: PFC's head-of-line
     # blocking slows RC's, MRC's stays near 1
     rc_victim = flow(res, "rc", "victim")["slowdown"]
-    assert got["victim"]["slowdown"] <= 1.25 and rc_victim >= 1.3 * got["victim"]["slowdown"]
+    assert got["victim"]["slowdown"] <= 1.25 and rc_victim >= 1.1 * got["victim"]["slowdown"]
 
 
 @pytest.fixture(scope="module")
