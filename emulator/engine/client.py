@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import forwarding, procs, rundirs
-from ..errors import EngineError
+from ..errors import EngineError, RocelabError
 from ..paths import node_run_dir
 from ..plan import Node, Plan
 from ..roce import wire
@@ -106,7 +106,10 @@ def _resolve_paths(plan: Plan, src: Node, dst: Node, paths: list[dict[str, Any]]
         planes.setdefault(path["plane"], []).append(path)
     for plane, group in planes.items():
         rail = plane if len(src.addresses) > 1 else None
-        spines = forwarding.egress_ports(plan, src, dst, [p["ev"] for p in group], rail=rail)
+        try:
+            spines = forwarding.egress_ports(plan, src, dst, [p["ev"] for p in group], rail=rail)
+        except RocelabError:  # no route on that plane now (a plane or a leaf lost): unknown,
+            spines = [None] * len(group)  # not a failed transfer (contract 4: null)
         for path, spine in zip(group, spines):
             path["spine"] = spine
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from ..errors import ExitCode
 from ..metrics.snapshot import PortSample
@@ -18,7 +18,7 @@ from ..plan import Plan
 from ..plan.congestion import ROCE_TC
 from ..stats import jain, p50_p99, percentile
 from ..units import Dilation, parse_duration
-from . import expect_lines, traffic
+from . import expect_lines, multipath, traffic
 from .spec import Experiment
 
 COUNTERS = ("retransmitted_packets", "timeouts", "naks_rx", "cnps_rx", "cnps_tx", "bad_icrc")  # per flow
@@ -122,7 +122,7 @@ def bottleneck(ports: Sequence[PortSample], t0: float, t1: float, rate_bps: floa
     return best[1] if best else None
 
 
-class FlowSummary(TypedDict, total=False):
+class FlowSummary(multipath.FlowTransport, total=False):
     """One flow in results.json (durations in wall seconds since the run's start)."""
 
     name: str
@@ -156,7 +156,7 @@ class FlowSummary(TypedDict, total=False):
     # NAKs, CNPs, bad ICRC and its DCQCN end state (None: DCQCN off); what `diagnose` reads
 
 
-class Summary(TypedDict):
+class Summary(multipath.PathSummary):
     """results.json's `summary`: the run in a few numbers, for tables and comparisons."""
 
     bytes: int  # every flow's payload
@@ -191,6 +191,8 @@ class Results(TypedDict):
     traffic: traffic.Traffic | None  # kernel port counters (None: not recorded)
     measured: dict[str, Any]  # what a caller's measures added (runner.Measure), else {}
     evidence: dict[str, Any] | None  # what `rocelab diagnose --results` reads (diagnose/evidence.py)
+    trimming: dict[str, int] | None  # packets trimmed: trim, tx_trim, dropped_trim, last_hop,
+    # fabric (sampler.trims; None: no congestion plane)
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,11 @@ class FlowRecord:
     via: str | None = None  # the spine the flow was pinned to (`via`)
     data_phases: list[tuple[float, float]] = field(default_factory=list)  # per transfer: data
     # start .. end (a failed one: when it began .. the failure)
+    transport: str = "rc"
+    may_fail: bool = False  # a failure is recorded, not the run's verdict
+    unloaded: str | None = None  # the flow whose FCT is this one's unloaded reference
+    qp_bytes: list[int] = field(default_factory=list)  # one transfer's payload per QP
+    mtu: int = 4096
 
     @property
     def fct_s(self) -> float | None:
@@ -233,6 +240,7 @@ class Recordings:
     counters: traffic.Recording | None = None
     measured: dict[str, Any] | None = None
     evidence: dict[str, Any] | None = None
+    trimming: dict[str, int] | None = None
 
 
 def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
@@ -240,6 +248,7 @@ def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
     cp = plan.congestion
     flows, ports, events, pfc0, pfc1 = rec.flows, rec.ports, rec.events, rec.pfc0, rec.pfc1
     flow_out = [flow_summary(f, plan.dilation) for f in flows]
+    multipath.add_slowdowns(cast(list[dict[str, Any]], flow_out), {f.name: f.unloaded for f in flows})
     starts = [f["start_s"] for f in flow_out]
     ends = [f["end_s"] for f in flow_out if f["end_s"] is not None]
     steady0 = min(starts) + parse_duration(exp.steady_after)
@@ -266,14 +275,18 @@ def summarize(exp: Experiment, plan: Plan, rec: Recordings) -> Results:
         "phases": {name: phase(members, flow_out, series, ports)
                    for name, members in exp.phases.items()},
         "lossless_drops": rec.lossless_drops,
-        "integrity_ok": all(f["integrity_ok"] for f in flow_out),
+        "integrity_ok": all(f["integrity_ok"] for f in flow_out  # a failure allowed: no data
+                            if not (f.get("may_fail") and f.get("failed"))),
         "expectations": [],
         "summary": summary(flow_out, events, plan.dilation),
         "traffic": traffic.summarize(plan, rec.counters, [(f.src, f.dst) for f in flows])
         if rec.counters is not None else None,
         "measured": dict(rec.measured or {}),
         "evidence": rec.evidence,
+        "trimming": rec.trimming,
     }
+    out["summary"].update(multipath.summary(plan, flow_out, out["summary"]["goodput_bps"],
+                                            out["traffic"]["spine_bytes"] if out["traffic"] else None))
     out["expectations"] = [expect_lines.evaluate(dict(out), expect_lines.parse(line)) for line in exp.expect]
     return out
 
@@ -313,7 +326,7 @@ def summary(flows: Sequence[FlowSummary], events: Sequence[dict[str, Any]],
 def verdict(results: Results) -> tuple[ExitCode, str]:
     """How a run ended, worst first: a flow failed (8), data corrupted (9), an expectation
     or the lossless class failed (11), or all well (0); with a one-line reason."""
-    failed = [f["name"] for f in results["flows"] if f.get("error")]
+    failed = [f["name"] for f in results["flows"] if f.get("error") and not f.get("may_fail")]
     if failed:
         return ExitCode.TRANSFER_FAILED, f"flows failed: {', '.join(failed)}"
     if not results["integrity_ok"]:
@@ -351,8 +364,10 @@ def phase(members: list[str], flows: Sequence[FlowSummary], series: Mapping[str,
             handoffs[f["name"]] = {"count": len(durations), "p50_s": p50, "p99_s": p99,
                                    "max_s": durations[-1]}
     pauses = sum(bytes_between(p["series"].get("pause_tx", []), t0, t1) for p in ports)
+    fct_p50, fct_p99 = p50_p99([f.get("fct_s") or 0.0 for f in flows  # its flows' FCTs
+                                if f["name"] in members and f.get("fct_s") is not None], 4)
     return {"from_s": t0, "to_s": t1, "rates_bps": rates_in, "handoffs": handoffs,
-            "pauses": round(pauses)}
+            "pauses": round(pauses), "fct_p50_s": fct_p50, "fct_p99_s": fct_p99}
 
 
 def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
@@ -383,6 +398,10 @@ def flow_summary(f: FlowRecord, dilation: Dilation) -> FlowSummary:
         out["interruption_s"] = round(length, 4)
         out["interruption_real_s"] = dilation.real_s(round(length, 4))
         out["interruption_from_s"] = round(began, 4)
+    out.update(multipath.flow_numbers(f.transport, f.result, f.error, f.qp_bytes, f.mtu,
+                                      out["interruption_s"]))
+    if f.may_fail:
+        out["may_fail"] = True
     if f.repeat > 1:
         out["handoffs"] = [[round(a, 4), round(d, 4)] for a, d in f.handoffs]
         durations = [d for _, d in f.handoffs]

@@ -35,7 +35,12 @@ TRAFFIC_ROWS = ("traffic.bystanders.rx_bytes", "traffic.bystanders.rx_packets")
 HANDOFF_ROWS = ("summary.handoff_p50_s", "summary.handoff_p99_s")
 FAULT_ROWS = ("summary.convergence_s", "summary.faults_settled")
 BROADCAST_ROWS = ("frames", "uplink_copies_per_frame", "vxlan_copies_per_frame")
-SHAPED_ROWS = ("lossless_drops", "pfc.pauses")
+SHAPED_ROWS = ("lossless_drops", "pfc.pauses", "trimming.trim", "trimming.last_hop")
+TRANSPORT_ROWS = ("summary.failed_flows", "summary.longest_interruption_s",  # RC vs MRC
+                  "summary.retransmitted_bytes", "summary.path_jain", "summary.path_spread",
+                  "summary.spine_jain", "summary.spine_spread",
+                  "summary.goodput_vs_bisection")
+FLOW_TRANSPORT_ROWS = ("longest_interruption_s", "retransmitted_bytes", "slowdown")
 
 
 class CompareResults(TypedDict):
@@ -81,8 +86,10 @@ def metrics(fabrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
     out = list(SUMMARY_ROWS)
     out += [m for m in HANDOFF_ROWS if any_has(m)]
     out += [m for m in FAULT_ROWS if any_has(m)]
+    out += [m for m in TRANSPORT_ROWS if any_has(m)]
     for name in flows:
         out += [f"flows.{name}.{k}" for k in FLOW_ROWS]
+        out += [m for m in (f"flows.{name}.{k}" for k in FLOW_TRANSPORT_ROWS) if any_has(m)]
         out += [m for m in (f"flows.{name}.handoff_p50_s", f"flows.{name}.handoff_p99_s")
                 if any_has(m)]
     events = max((len(r.get("events", [])) for r in runs), default=0)
@@ -96,6 +103,7 @@ def metrics(fabrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
     spines = list(dict.fromkeys(s for r in runs for s in ((r.get("traffic") or {})
                                                            .get("spine_bytes") or {})))
     out += [f"traffic.spine_bytes.{s}" for s in spines]
+    out += [m for m in (f"summary.path_bytes.{s}" for s in spines) if any_has(m)]
     rails = sorted({k for r in runs for k in ((r.get("traffic") or {}).get("rail_bytes") or {})},
                    key=int)
     out += [f"traffic.rail_bytes.{k}" for k in rails]

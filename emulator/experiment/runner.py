@@ -27,7 +27,7 @@ from ..plan import Kind, Plan
 from ..plan.congestion import ROCE_TC
 from ..spec import LAB_NAME, LAB_RULE, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
-from . import actions, analysis, compare, replaying
+from . import actions, analysis, compare, multipath, replaying
 from .analysis import COUNTERS
 from .counters import PortCounters
 from .sampler import Sampler, pfc_snapshot
@@ -69,7 +69,18 @@ def _job(flow: Flow, timeout: float, dilation: Dilation) -> Job:
                timeout_s=max(timeout, 5.0), extra={"progress_s": 0.1, "flow": flow.name},
                rate_bps=rate,
                ack_timeout_s=parse_duration(flow.ack_timeout) if flow.ack_timeout is not None
-               else 0.0)
+               else 0.0, **transport_args(flow))
+
+
+def transport_args(flow: Flow) -> dict[str, Any]:
+    """The Job's transport fields for an MRC flow ({} for RC: the Job's default); an engine
+    built without MRC is a clear error naming the flow, before anything runs."""
+    if (flow.transport or "rc") == "rc":
+        return {}
+    if "transport" not in {f.name for f in dataclasses.fields(Job)}:
+        raise RocelabError(f"flows.{flow.name}.transport: mrc needs the engine's MRC "
+                           "transport, which this build of rocelab lacks")
+    return {"transport": "mrc", **({"evs": flow.evs} if flow.evs is not None else {})}
 
 
 class FlowRun(threading.Thread):
@@ -88,8 +99,9 @@ class FlowRun(threading.Thread):
         self._base = 0  # bytes of the transfers already done (the series is cumulative)
 
     def pin(self) -> None:
-        """With `via`: fix the QPs' UDP source ports so the data takes that spine."""
-        if self.flow.via:
+        """With `via`: fix the QPs' UDP source ports so the data takes that spine (RC: an
+        MRC connection sprays over its EVs, so `via` leaves it as it is)."""
+        if self.flow.via and (self.flow.transport or "rc") == "rc":
             src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
             data_src, data_dst = (src, dst) if self.job.op is Op.WRITE else (dst, src)
             try:
@@ -132,7 +144,8 @@ class FlowRun(threading.Thread):
         return {"integrity_ok": all(r.get("integrity_ok") for r in self.results),
                 "qps": [q for r in self.results for q in r.get("qps", [])],
                 "interruption_s": max(r.get("interruption_s", 0.0) for r in self.results),
-                **{k: sum(r.get(k, 0) for r in self.results) for k in COUNTERS}}
+                **{k: sum(r.get(k, 0) for r in self.results) for k in COUNTERS},
+                **multipath.fold_transport(self.results)}
 
     def record(self, t0: float) -> analysis.FlowRecord:
         """What this flow did, relative to the run's start `t0`, as plain data."""
@@ -142,7 +155,9 @@ class FlowRun(threading.Thread):
             bytes=self.job.payload_bytes * self.flow.repeat, repeat=self.flow.repeat,
             start_s=self.started - t0, end_s=self.ended - t0 if done else None,
             series=list(self.series), handoffs=list(self.handoffs), result=self.result,
-            error=self.error, via=self.flow.via,
+            error=self.error, via=self.flow.via, transport=self.flow.transport or "rc",
+            unloaded=self.flow.unloaded, mtu=self.job.mtu, may_fail=self.flow.may_fail,
+            qp_bytes=multipath.qp_bytes([s.length for s in self.job.segments()], self.job.qps),
             delivered=[(round(self.started - t0, 4), 0)] + self.delivered,
             data_phases=list(self.data_phases))
 
@@ -231,7 +246,7 @@ def fabrics(path: str | Path, name: str | None = None, live: bool = True
                                     "--name)"), node)
         live_plan = state.lab_plan(plan.lab) if plan.lab in running else plan
         try:
-            check(exp, live_plan)
+            check(exp.on_fabric(label), live_plan)
         except RocelabError as e:
             raise on_fabric(e, label) from None
         out.append(Fabric(label, topology, plan.lab, live_plan, plan.lab in running))
@@ -263,7 +278,7 @@ def run_compare(path: str | Path, keep: bool = False, name: str | None = None,
                  + (" (running)" if fab.running else ""))
         try:
             results[fab.label], plans[fab.label] = run_fabric(
-                own, fab.topology, fab.lab, keep=keep and i == len(fabs) - 1,
+                own.on_fabric(fab.label), fab.topology, fab.lab, keep=keep and i == len(fabs) - 1,
                 progress=_tagged(progress, fab.label),
                 measures=measures, label=fab.label)
         except RocelabError as e:
@@ -380,7 +395,8 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
     return analysis.summarize(exp, plan, analysis.Recordings(
         [f.record(t0) for f in flows], ports, timeline.events, pfc0, pfc_snapshot(plan),
         lossless_drops(plan) if plan.congestion else None,
-        counters=recorded, measured=measured, evidence=evidence))
+        counters=recorded, measured=measured, evidence=evidence,
+        trimming=sampler.trims if sampler else None))
 
 
 def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from typing import Any, cast
 
-from ..congestion.maps import StatsReader
+from ..congestion.maps import StatsReader, peer_faces_host
 from ..metrics.snapshot import SERIES_KEYS, PortSample, PortSeries, port_sample
 from ..paths import lab_run_dir
 from ..plan import Plan
@@ -24,6 +24,7 @@ class Sampler(threading.Thread):
         self.series: dict[tuple[str, str, int], dict[str, list[tuple[float, int]]]] = \
             defaultdict(lambda: defaultdict(list))
         self.baseline = {(s.node, s.port, s.tc): s.values for s in self.reader.read()}
+        self.trims: dict[str, int] = {}  # filled by stop(): trims(...)
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -48,9 +49,29 @@ class Sampler(threading.Thread):
         self.sample()
         final = {(s.node, s.port, s.tc): s.values for s in self.reader.read()}
         self.reader.close()
+        self.trims = trims(self.plan, self.baseline, final)
         return [port_sample(*key, self.baseline[key], final[key],
                             cast(PortSeries, {k: series[k] for k in SERIES_KEYS}))
                 for key, series in sorted(self.series.items())]
+
+
+TRIM_FIELDS = ("trim", "tx_trim", "dropped_trim")
+
+
+def trims(plan: Plan, start: dict[tuple[str, str, int], dict[str, int]],
+          end: dict[tuple[str, str, int], dict[str, int]]) -> dict[str, int]:
+    """Packets the switches trimmed during the run, every port and class (SONiC's trim,
+    tx_trim, dropped_trim), and where: `last_hop` at ports facing a host, `fabric` elsewhere."""
+    out = dict.fromkeys(TRIM_FIELDS + ("last_hop", "fabric"), 0)
+    for (node, port, tc), e in end.items():
+        s = start.get((node, port, tc), {})
+        grew = {f: e.get(f, 0) - s.get(f, 0) for f in TRIM_FIELDS}
+        for f in TRIM_FIELDS:
+            out[f] += grew[f]
+        iface = next((i for i in plan.node(node).interfaces if i.name == port), None)
+        where = "last_hop" if iface is not None and peer_faces_host(plan, iface) else "fabric"
+        out[where] += grew["trim"]
+    return out
 
 
 def pfc_snapshot(plan: Plan) -> dict[str, Any]:

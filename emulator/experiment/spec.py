@@ -16,6 +16,8 @@ from ..units import parse_duration, parse_size, speed_or_zero
 from .expect_lines import parse as parse_expect
 
 FABRIC_LABEL = re.compile(r"^[a-z][a-z0-9]{0,7}$")  # short lowercase words: l2, l3, evpn
+TRANSPORTS = ("rc", "mrc")
+MAX_EVS = 1024
 Duration = Annotated[str | float, Field(description="A duration: 500ms, 2s, 1m or seconds.")]
 
 
@@ -54,6 +56,18 @@ class Flow(Strict):
     repeat: Annotated[int, Field(ge=1, le=10000)] = Field(
         1, description="Transfers back to back (each on new QPs, like KV handoffs); "
         "results give each one's start and duration")
+    transport: Literal["rc", "mrc"] | None = Field(
+        None, description="rc (RoCEv2 RC QPs, one path each: the default) or mrc (one MRC "
+        "connection spraying its EVs); unset in a compare experiment: its fabric's `transport`")
+    evs: Annotated[int, Field(ge=1, le=MAX_EVS)] | None = Field(
+        None, description="MRC only: the connection's entropy values (engine default 64)")
+    may_fail: bool = Field(
+        False, description="The request may fail (a comparison showing one transport "
+        "losing it): results record failed: true and `expect:` lines check it; the run's "
+        "exit code does not count it")
+    unloaded: str | None = Field(
+        None, description="Another flow of this experiment, the same transfer without the "
+        "load: results give this flow's slowdown (its FCT over that flow's)")
 
     @model_validator(mode="after")
     def _one_size(self) -> Flow:
@@ -61,6 +75,8 @@ class Flow(Strict):
             raise ValueError("give exactly one of size or kv")
         if self.size is not None:
             parse_size(self.size, "size")
+        if self.transport is not None:
+            mrc_problem(self, self.transport, "transport")
         return self
 
     @field_validator("at")
@@ -125,6 +141,24 @@ class Replay(Strict):
         if v is not None:
             parse_duration(v, None, positive=info.field_name in ("length", "budget"))
         return v
+
+
+def mrc_problem(flow: Flow, transport: str, field: str) -> None:
+    """ValueError when `flow` cannot run on `transport` (MRC carries RDMA WRITE only)."""
+    if transport == "mrc" and flow.op != "write":
+        raise ValueError(f"{field}: mrc carries RDMA WRITE only (op: {flow.op}); "
+                         "use op: write or transport: rc")
+    if transport == "rc" and flow.evs is not None:
+        raise ValueError("evs: only for transport: mrc (this flow runs rc)")
+
+
+class FabricEntry(Strict):
+    """One fabric of a compare experiment given as a mapping: its topology and the
+    transport its flows run on unless they name their own."""
+
+    topology: str = Field(description="Topology file, relative to the experiment file.")
+    transport: Literal["rc", "mrc"] = Field(
+        "rc", description="The flows' transport on this fabric (a flow's own `transport` wins)")
 
 
 # Action kind -> (whom it acts on, its setting, the setting's default)
@@ -232,10 +266,11 @@ class Action(Strict):
 class Experiment(Strict):
     name: str
     description: str = ""
-    fabrics: dict[str, str] | None = Field(
+    fabrics: dict[str, str | FabricEntry] | None = Field(
         None, description="Instead of `topology`: label -> topology file (relative to the "
-        "experiment file), e.g. {l3: ../topologies/clos-2x4.yaml, l2: ...}. `run` runs the "
-        "same flows and actions on each fabric in turn and compares them.")
+        "experiment file), e.g. {l3: ../topologies/clos-2x4.yaml, l2: ...}, or -> {topology: "
+        "FILE, transport: rc|mrc}. `run` runs the same flows and actions on each fabric in "
+        "turn and compares them.")
     topology: str | None = Field(
         None, validate_default=True,
         description="Topology file, relative to the experiment file (or `fabrics`).")
@@ -254,7 +289,8 @@ class Experiment(Strict):
 
     @field_validator("fabrics")
     @classmethod
-    def _fabrics(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+    def _fabrics(cls, v: dict[str, str | FabricEntry] | None
+                 ) -> dict[str, str | FabricEntry] | None:
         if v is None:
             return v
         if not v:
@@ -263,9 +299,32 @@ class Experiment(Strict):
             if not FABRIC_LABEL.match(str(label)):
                 raise ValueError(f"label {label!r}: 1-8 lowercase letters and digits, starting "
                                  "with a letter (l2, l3, evpn)")
-            if not isinstance(path, str) or not path:
+            if not (path.topology if isinstance(path, FabricEntry) else path):
                 raise ValueError(f"{label}: a topology file, relative to the experiment file")
         return v
+
+    @model_validator(mode="after")
+    def _fabric_transports(self) -> Experiment:
+        """Every flow that takes its fabric's transport can run on it."""
+        for label, entry in (self.fabrics or {}).items():
+            for f in self.flows:
+                if isinstance(entry, FabricEntry) and f.transport is None:
+                    try:
+                        mrc_problem(f, entry.transport, f"fabrics.{label}.transport")
+                    except ValueError as e:
+                        raise ValueError(f"flows.{f.name}: {e}") from None
+        return self
+
+    def transport_on(self, label: str) -> str:
+        """The transport flows without their own run on fabric `label` ("": no fabrics)."""
+        entry = (self.fabrics or {}).get(label)
+        return entry.transport if isinstance(entry, FabricEntry) else "rc"
+
+    def on_fabric(self, label: str) -> Experiment:
+        """This experiment as fabric `label` runs it: every flow with its transport set."""
+        t = self.transport_on(label)
+        flows = [f if f.transport else f.model_copy(update={"transport": t}) for f in self.flows]
+        return self.model_copy(update={"flows": flows})
 
     @field_validator("topology")
     @classmethod
@@ -324,6 +383,16 @@ class Experiment(Strict):
                                  f"duration ({info.data.get('duration')}): it could never run")
         return v
 
+    @field_validator("flows")
+    @classmethod
+    def _unloaded(cls, v: list[Flow]) -> list[Flow]:
+        names = [f.name for f in v]
+        for f in v:
+            if f.unloaded is not None and (f.unloaded == f.name or f.unloaded not in names):
+                raise ValueError(f"flow {f.name!r}: unloaded: {f.unloaded!r} is not another "
+                                 f"flow; flows: {', '.join(names)}")
+        return v
+
     @field_validator("duration", "sample_every", "steady_after")
     @classmethod
     def _duration(cls, v: str | float) -> str | float:
@@ -347,7 +416,8 @@ def load_fabrics(path: str | Path) -> tuple[Experiment, dict[str, Path]]:
     exp = load_model(path, Experiment, "name, topology or fabrics, flows")
     wanted = exp.fabrics if exp.fabrics is not None else {"": exp.topology or ""}
     out = {}
-    for label, rel in wanted.items():
+    for label, entry in wanted.items():
+        rel = entry.topology if isinstance(entry, FabricEntry) else entry
         topo = (Path(path).parent / rel).resolve()
         if not topo.exists():
             field = f"fabrics.{label}" if label else "topology"

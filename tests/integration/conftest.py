@@ -44,6 +44,7 @@ LONG = {"test_scale.py": 900, "test_rxe.py": 900, "test_rxe_ecn.py": 900,
         "test_engine.py": 600, "test_experiments.py": 600, "test_diagnose.py": 600,
         "test_gray.py": 600, "test_neighbours.py": 600, "test_ci.py": 600,
         "test_frr_config.py": 600, "test_telemetry.py": 600, "test_compare_run.py": 600,
+        "test_mrc_experiments.py": 600,
         "test_l2_demos.py": 600}
 
 

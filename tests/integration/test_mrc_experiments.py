@@ -1,0 +1,140 @@
+"""RC against MRC for real: the shipped comparisons (experiments/mrc-*.yaml), shortened
+for CI, run on real labs, each a compare run with one fabric per transport. Each test
+asserts the direction the comparison shows and a margin; rates are compared only on the
+shaped lab or against the other transport measured in the same run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from emulator.experiment import compare, runner
+
+from .conftest import PREFIX, cli, leftovers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shortened(tmp: Path, name: str, flows: list[str] | None = None, actions: int | None = None,
+              fabrics: tuple[str, ...] = ("rc", "mrc"), **changes: Any) -> Path:
+    """The shipped experiment `name` with only `flows` (and the first `actions` actions)
+    on only `fabrics`, topologies made absolute, its expect lines about what is left,
+    written to `tmp`."""
+    doc = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+    doc["fabrics"] = {k: v for k, v in doc["fabrics"].items() if k in fabrics}
+    for entry in doc["fabrics"].values():
+        entry["topology"] = str((ROOT / "experiments" / entry["topology"]).resolve())
+    gone = [f"flows.{f['name']}." for f in doc["flows"] if flows is not None and f["name"] not in flows]
+    gone += [f"fabrics.{k}." for k in ("rc", "mrc") if k not in fabrics]
+    doc["flows"] = [f for f in doc["flows"] if flows is None or f["name"] in flows]
+    doc["actions"] = doc.get("actions", [])[:actions]
+    doc["expect"] = [e for e in doc.get("expect", []) if not any(g in e for g in gone)]
+    doc.update(changes)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def run(path: Path, name: str) -> dict[str, Any]:
+    try:
+        res, _ = runner.run_compare(path, name=name)
+    finally:
+        for label in yaml.safe_load(path.read_text())["fabrics"]:
+            cli("down", f"{name}-{label}", check=False)
+    assert not leftovers(name)
+    return dict(res)
+
+
+def flow(res: dict[str, Any], label: str, name: str) -> dict[str, Any]:
+    return next(f for f in res["fabrics"][label]["flows"] if f["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def failure(tmp_path_factory):
+    """A leaf uplink fails with carrier loss and another silently, under RC and MRC."""
+    path = shortened(tmp_path_factory.mktemp("mrc-failure"), "mrc-vs-rc-failure",
+                     ["link", "link-silent"], actions=4, duration="20s")
+    return run(path, f"{PREFIX}mf")
+
+
+def test_failure_mrc_loses_no_request_and_rides_out_both_failures_far_shorter(failure):
+    res = failure
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)  # every expect line held
+    assert res["fabrics"]["mrc"]["summary"]["failed_flows"] == 0
+    rc_silent, mrc_silent = flow(res, "rc", "link-silent"), flow(res, "mrc", "link-silent")
+    assert rc_silent["failed"] and "retry" in rc_silent["error"]  # RC: the request terminated
+    assert mrc_silent["integrity_ok"] and mrc_silent["retransmitted_bytes"] > 0
+    # carrier loss: routing repairs it, both complete; silent: MRC >= 100x shorter (RC's
+    # interruption runs from the loss to its failure)
+    assert not flow(res, "rc", "link")["failed"] and not flow(res, "mrc", "link")["failed"]
+    assert rc_silent["longest_interruption_s"] >= 100 * mrc_silent["longest_interruption_s"]
+    mrc = mrc_silent["mrc"]
+    assert mrc["retirements"] > 0 and mrc["evs_total"] == 64  # dead EVs retired, spine1's
+    assert sum(p["retirements"] for p in mrc["paths"] if p["spine"] == "spine1") > 0  # its own
+
+
+@pytest.fixture(scope="module")
+def collisions(tmp_path_factory):
+    """Four flows of KV handoffs over two spines on the shaped lab, shortened."""
+    path = shortened(tmp_path_factory.mktemp("mrc-collisions"), "mrc-vs-rc-collisions",
+                     ["l1", "l2", "l3", "l4"], duration="40s")
+    doc = yaml.safe_load(path.read_text())
+    for f in doc["flows"]:
+        f.update(size="8MiB", repeat=3)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return run(path, f"{PREFIX}mc")
+
+
+def test_collisions_mrc_spreads_evenly_and_its_handoffs_are_faster(collisions):
+    res = collisions
+    rc, mrc = res["fabrics"]["rc"]["summary"], res["fabrics"]["mrc"]["summary"]
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)
+    assert mrc["path_spread"] <= 0.05 and mrc["path_jain"] >= 0.99  # RC's depends on its hash
+    assert mrc["goodput_vs_bisection"] >= 0.9 > rc["goodput_vs_bisection"]
+    assert rc["handoff_p99_s"] >= 1.2 * mrc["handoff_p99_s"]
+    spines = res["fabrics"]["mrc"]["traffic"]["spine_bytes"]  # the switches' own counters agree
+    assert abs(spines["spine1"] - spines["spine2"]) <= 0.1 * max(spines.values())
+
+
+@pytest.fixture(scope="module")
+def incast(tmp_path_factory):
+    """A 3:1 incast with a victim beside it: RC with PFC, MRC with trimming."""
+    return run(shortened(tmp_path_factory.mktemp("mrc-incast"), "mrc-trimming-incast",
+                         duration="40s"), f"{PREFIX}mt")
+
+
+def test_incast_mrc_trims_instead_of_pausing_and_spares_the_victim(incast):
+    res = incast
+    rc, mrc = res["fabrics"]["rc"], res["fabrics"]["mrc"]
+    assert rc["integrity_ok"] and mrc["integrity_ok"]
+    assert rc["pfc"]["pauses"] > 0 and rc["trimming"]["trim"] == 0  # RC: lossless, paused
+    assert mrc["pfc"]["pauses"] == 0 and mrc["lossless_drops"] == 0  # MRC: never paused ...
+    assert mrc["trimming"]["last_hop"] > 0  # ... trimmed at decode1's leaf port instead
+    got = {f["name"]: f for f in mrc["flows"]}
+    assert sum(got[n]["mrc"]["trim_nacks_received"] for n in ("i1", "i2", "i3")) > 0
+    # the victim against its twin on unloaded links at the same time: PFC's head-of-line
+    # blocking slows RC's, MRC's stays near 1
+    rc_victim = flow(res, "rc", "victim")["slowdown"]
+    assert got["victim"]["slowdown"] <= 1.25 and rc_victim >= 1.1 * got["victim"]["slowdown"]
+
+
+@pytest.fixture(scope="module")
+def plane_loss(tmp_path_factory):
+    """Plane 1 of 2 fails between two identical MRC transfers (MRC only: RC's QP on the
+    lost plane takes its whole retry budget to fail)."""
+    return run(shortened(tmp_path_factory.mktemp("mrc-planes"), "mrc-plane-loss",
+                         fabrics=("mrc",), duration="40s"), f"{PREFIX}mp")
+
+
+def test_plane_loss_leaves_mrc_about_half_its_rate_and_fails_nothing(plane_loss):
+    res = plane_loss
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)
+    mrc = res["fabrics"]["mrc"]
+    assert mrc["summary"]["failed_flows"] == 0 and mrc["integrity_ok"]
+    after = flow(res, "mrc", "after")
+    assert 1.6 <= after["slowdown"] <= 2.5  # about (N-1)/N of the two-plane rate, N = 2
+    lost = [p for p in after["mrc"]["paths"] if p["plane"] == 1]
+    assert lost and all(p["state"] != "good" for p in lost)  # the lost plane's EVs retired
