@@ -168,6 +168,8 @@ class DataPlane(threading.Thread):
             self.endpoint.step(max_wait=0.0 if mrc else IDLE_WAIT_S)  # blocks only when idle
             if mrc:
                 self.mrc.turn(others_busy=bool(self.qps))
+            elif not self.qps:  # idle: count what reached the MRC socket (the engine fuzz)
+                self.mrc.endpoint.drain(time.monotonic())
             self._dispatch()
             if self.tickers:
                 now = time.monotonic()

@@ -159,12 +159,18 @@ def _settled(plan: Plan, watch: FibWatcher, event: Event, timeout_s: float,
         return False
 
 
+def _failed(res: Row) -> bool:
+    """A transfer that gave up: an {src, dst, error} row, or a result that says so (a
+    result carries `failed` and `error: None` since MRC reports, not raises)."""
+    return bool(res.get("failed")) or res.get("error") is not None
+
+
 def _flow_row(res: Row, base: Row | None) -> dict[str, Any]:
     row = {"src": res["src"], "dst": res["dst"], **{k: res.get(k) for k in FLOW_KEYS},
-           "failed": "error" in res, "error": res.get("error"),
+           "failed": _failed(res), "error": res.get("error"),
            "qps": [{k: q.get(k) for k in ("udp_sport", "spine", "retransmitted_packets", "timeouts")}
                    for q in res.get("qps", [])]}
-    if base and "error" not in base and "error" not in res:
+    if base and not _failed(base) and not _failed(res):
         row["baseline_duration_s"] = base["duration_s"]
         row["slowdown"] = round(res["duration_s"] / max(base["duration_s"], 1e-9), 3)
     return row

@@ -137,6 +137,12 @@ class MrcEndpoint:
                  if (f := getattr(c.half, "next_deadline", None)) and (d := f()) is not None]
         return min(times) if times else None
 
+    def drain(self, now: float) -> int:
+        """(idle) Read what reached the MRC socket while no connection runs: stray or
+        hostile datagrams are counted (malformed, unknown_conn) and dropped, not left to
+        the socket buffer until the next connection."""
+        return self._receive(now)
+
     def _receive(self, now: float) -> int:
         recv_into, rx, counters, conns = self.sock.recv_into, self._rx, self.counters, self.conns
         parse = self._parse

@@ -51,12 +51,16 @@ def _roce(mrc: bool) -> tuple[Insn, ...]:
     in_range = (0, 1) if mrc else (1, 0)  # opcode in MRC_FIRST..MRC_END-1: accept / drop
     return (
         (Bpf.LD | Bpf.B | Bpf.ABS, 0, 0, 9),  # A = IP protocol
-        (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 9, IPPROTO_UDP),  # not UDP -> drop
+        (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 11, IPPROTO_UDP),  # not UDP -> drop
         (Bpf.LD | Bpf.H | Bpf.ABS, 0, 0, 6),  # A = flags + fragment offset
-        (Bpf.JMP | Bpf.JSET | Bpf.K, 7, 0, 0x3FFF),  # MF or offset -> drop
+        (Bpf.JMP | Bpf.JSET | Bpf.K, 9, 0, 0x3FFF),  # MF or offset -> drop
         (Bpf.LDX | Bpf.B | Bpf.MSH, 0, 0, 0),  # X = IP header length
         (Bpf.LD | Bpf.H | Bpf.IND, 0, 0, 2),  # A = UDP destination port
-        (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 4, ROCE_UDP_PORT),  # not 4791 -> drop
+        (Bpf.JMP | Bpf.JEQ | Bpf.K, 0, 6, ROCE_UDP_PORT),  # not 4791 -> drop
+        (Bpf.LD | Bpf.H | Bpf.IND, 0, 0, 4),  # A = UDP length
+        # no opcode byte (a load past the end would drop it unseen): RC's parser counts
+        # it malformed, MRC leaves it
+        (Bpf.JMP | Bpf.JGE | Bpf.K, 0, 3 + mrc, 9),
         (Bpf.LD | Bpf.B | Bpf.IND, 0, 0, 8),  # A = BTH opcode
         (Bpf.JMP | Bpf.JGE | Bpf.K, 1 + mrc, 0, MRC_END),  # above MRC's -> RC: accept, MRC: drop
         (Bpf.JMP | Bpf.JGE | Bpf.K, *in_range, MRC_FIRST),

@@ -3,6 +3,7 @@ codecs round-trip whatever the builder can produce."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,3 +95,25 @@ def test_only_roce_datagrams_pass_the_socket_filter(seg: Segment, variant: int) 
     accepted = sockfilter.run(sockfilter.ROCE_ONLY, bytes(wire)) > 0
     assert accepted == (variant == 0)
     assert sockfilter.run(sockfilter.DROP_ALL, bytes(wire)) == 0
+
+
+def _udp_to_4791(payload: bytes) -> bytes:
+    """An IPv4 header (no options) and a UDP header to 4791 in front of `payload`."""
+    udp = (0xC000).to_bytes(2, "big") + (4791).to_bytes(2, "big") \
+        + (8 + len(payload)).to_bytes(2, "big") + b"\0\0"
+    ip = bytes([0x45, 0]) + (28 + len(payload)).to_bytes(2, "big") + b"\0\0\0\0" \
+        + bytes([64, 17]) + b"\0\0" + bytes(8)
+    return ip + udp + payload
+
+
+@pytest.mark.parametrize("payload, rc, mrc", [
+    (b"", True, False),  # no opcode byte: RC's parser counts it malformed (the engine fuzz)
+    (bytes([0x0A]) + bytes(11), True, False),  # RDMA WRITE ONLY
+    (bytes([0xE0]) + bytes(11), False, True),  # MRC_WRITE
+    (bytes([0xE5]) + bytes(11), False, True),  # MRC_PROBE_REPLY
+    (bytes([0xE6]) + bytes(11), True, False),  # above MRC's range
+])
+def test_rc_and_mrc_sockets_split_4791_by_opcode(payload: bytes, rc: bool, mrc: bool) -> None:
+    wire = _udp_to_4791(payload)
+    assert (sockfilter.run(sockfilter.ROCE_ONLY, wire) > 0) == rc
+    assert (sockfilter.run(sockfilter.MRC_ONLY, wire) > 0) == mrc
