@@ -42,7 +42,8 @@ def sender(job: Job, conn: int, remote: int, planes: int, config: EngineConfig) 
     window = config.window * job.mtu  # RC's per-QP window: the same bytes in flight
     cc = Nscc(NsccParams(job.mtu, base_rtt_s=rtt, target_s=rtt, max_cwnd=window,
                          init_cwnd=window), time.monotonic())
-    return MrcSender(conn, remote, evs, cc, SenderConfig(mtu=job.mtu, ack_timeout_s=ack))
+    return MrcSender(conn, remote, evs, cc,
+                     SenderConfig(mtu=job.mtu, ack_timeout_s=ack, rate_bps=job.rate_bps))
 
 
 def initiate(engine: Any, job: Job, peer_ip: str, cli: Channel,

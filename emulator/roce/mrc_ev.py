@@ -11,8 +11,10 @@ answer. The floor `min_active` keeps a connection from retiring every path.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 EV_LOW, EV_HIGH = 0xC000, 0x10000  # the RoCEv2 source-port range rxe uses
 
@@ -41,6 +43,11 @@ class Path:
     probe_out: bool = False  # a probe awaits its answer
     probes_missed: int = 0
     rtt_s: float | None = None
+    seq_sent: int = 0  # packets sent on this EV so far (its sending order)
+    seq_acked: int = -1  # the latest sending-order place acknowledged
+    queue: deque[Any] = field(default_factory=deque, repr=False)  # (seq, packet) in order
+
+    __hash__ = object.__hash__
 
     def as_dict(self) -> dict[str, object]:
         return {"ev": self.ev, "plane": self.plane, "state": self.state.value,

@@ -14,7 +14,7 @@ from emulator.roce.errors import MalformedPacket
 from emulator.roce.memory import MemoryTable
 from emulator.roce.mrc_ev import EvSet, EvState, entropy_values
 from emulator.roce.mrc_receiver import MrcReceiver
-from emulator.roce.mrc_sender import MrcSender, SenderConfig
+from emulator.roce.mrc_sender import MrcSender, Pacer, SenderConfig
 from emulator.roce.mrc_wire import (
     MrcFlag,
     MrcOpcode,
@@ -50,6 +50,8 @@ class Net:
         self.drop_psns: set[int] = set()
         self.trim_psns: set[int] = set()
         self.shuffle = False
+        self.spray = False  # reorder across EVs, each EV keeping its own order
+        self.hold: list[MrcPacket] = []  # packets a sprayed fabric has not delivered yet
         self.sent_psns: list[int] = []
         self.now = 0.0
 
@@ -79,12 +81,33 @@ class Net:
             d[24:26] = (94).to_bytes(2, "big")
         return parse(d)
 
+    def _spray(self, out: list[MrcPacket]) -> list[MrcPacket]:
+        """Each EV its own FIFO with a random delay of 0-3 steps: heavy reordering across
+        EVs, none within one."""
+        rng = random.Random(int(self.now * 1e6))
+        self.hold += out
+        by_ev: dict[int, list[MrcPacket]] = {}
+        for p in self.hold:
+            by_ev.setdefault(p.ev, []).append(p)
+        go, self.hold = [], []
+        for queue in by_ev.values():
+            n = len(queue) if rng.random() < 0.3 else rng.randrange(len(queue) + 1)
+            go.append(queue[:n])
+            self.hold += queue[n:]
+        merged: list[MrcPacket] = []
+        while any(go):
+            q = rng.choice([q for q in go if q])
+            merged.append(q.pop(0))
+        return merged
+
     def run(self, steps: int = 2000, dt: float = 1e-4, until_idle: bool = True) -> None:
         for _ in range(steps):
             self.now += dt
             out = [q for p in self.tx.poll(self.now, 64) if (q := self.forward(p))]
             if self.shuffle:
                 random.Random(int(self.now * 1e6)).shuffle(out)
+            if self.spray:
+                out = self._spray(out)
             replies = [r for p in out for r in self.rx.receive(p, self.now)]
             for r in replies + self.rx.flush(self.now):
                 self.tx.receive(self.wire(r), self.now)
@@ -128,6 +151,37 @@ def test_clean_transfer_places_every_byte():
     assert len(used) == 8 and all(p.state is EvState.GOOD for p in used)
 
 
+def test_cross_ev_reordering_is_not_loss():
+    net = Net(600 * MTU, evs=8, floor=2)
+    net.spray = True
+    net.post()
+    net.run(steps=5000)
+    assert net.dst == net.src and net.tx.idle
+    assert net.tx.evs.retirements == 0 and net.tx.counters.retransmitted_packets == 0
+    assert net.tx.counters.losses == 0 == net.tx.counters.timeouts
+
+
+def test_a_loss_on_one_ev_under_spraying_retires_it_and_resends_that_psn():
+    net = Net(600 * MTU, evs=8, floor=2)
+    net.spray = True
+    net.drop_psns.add(77)
+    net.post()
+    net.run(steps=5000)
+    assert net.dst == net.src and net.tx.idle
+    assert net.tx.counters.retransmitted_packets == 1 and net.sent_psns.count(77) == 2
+    assert net.tx.evs.retirements == 1 and net.tx.counters.timeouts == 0
+
+
+def test_rate_cap_paces_the_connection():
+    net = Net(200 * MTU)
+    net.tx.config.rate_bps = 8 * MTU * 1000.0  # 1000 MTUs/s: 200 MTUs take ~0.2 s
+    net.tx._pace = Pacer(net.tx.config.rate_bps, 4 * MTU)
+    net.post()
+    net.run(steps=20000, dt=1e-4)
+    assert net.dst == net.src
+    assert 0.19 <= net.now <= 0.23  # simulated time, not wall time
+
+
 def test_reordered_packets_are_placed_correctly():
     net = Net(100 * MTU)
     net.shuffle = True
@@ -166,7 +220,7 @@ def test_probe_returns_a_retired_ev():
     path = net.tx.evs.paths[0]
     net.dead_evs.add(path.ev)
     net.post()
-    net.run(steps=30)
+    net.run(steps=700)  # past one ACK timeout (0.05 s): a dead EV has no later packets acked
     assert path.state is EvState.ASSUMED_BAD
     net.dead_evs.clear()
     net.run(steps=500, until_idle=False)
