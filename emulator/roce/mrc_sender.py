@@ -8,7 +8,8 @@ a packet is lost when more than `reorder` packets sent after it ON THE SAME EV
 were acknowledged (reordering across EVs is normal under spraying and never
 counts), when its ACK timer expires or when a NACK names it. A lost packet's EV
 is retired at once (down to the floor) and that packet alone is resent on another
-usable EV. A TRIM NACK resends exactly the trimmed packet and quick-adapts the window; it does not retire the EV.
+usable EV. A TRIM NACK resends exactly the trimmed packet and quick-adapts the
+window; it does not retire the EV.
 """
 
 from __future__ import annotations
