@@ -267,7 +267,17 @@ def test_nscc_four_actions():
     assert cc.window >= w // 2  # never more than half
     w = cc.window
     assert cc.on_ack(1.0002, MTU, 100e-3, marked=True) is Action.HOLD and cc.window == w  # once per RTT
-    assert cc.on_ack(1.002, MTU, 100e-3, marked=True) is Action.DECREASE
+    assert cc.on_ack(1.05, MTU, 100e-3, marked=True) is Action.HOLD  # ... the RTT now is 100 ms
+    assert cc.on_ack(1.101, MTU, 100e-3, marked=True) is Action.DECREASE
+
+
+def test_nscc_measures_delay_from_the_lowest_rtt_not_a_configured_one_too_high():
+    cc = Nscc(NsccParams(MTU, base_rtt_s=40e-3, target_s=10e-3, max_cwnd=256 * MTU,
+                         init_cwnd=256 * MTU), 0.0)
+    cc.on_ack(0.0, MTU, 2e-3, marked=False)  # the fabric's real unloaded RTT: 2 ms
+    w = cc.window
+    # 30 ms of queueing: below the configured 40 ms base RTT, far above the 10 ms target
+    assert cc.on_ack(0.1, MTU, 32e-3, marked=True) is Action.DECREASE and cc.window < w
 
 
 def test_nscc_quick_adapt_on_nack():
