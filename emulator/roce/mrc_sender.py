@@ -64,6 +64,7 @@ class _Pkt:
     seq: int = 0  # its place in its EV's sending order
     retries: int = 0
     lost: bool = False
+    resent: bool = False  # an acknowledgement may be of an earlier transmission
 
 
 @dataclass
@@ -192,7 +193,7 @@ class MrcSender:
     def _resent(self, st: _Pkt, now: float) -> MrcPacket:
         del self._unacked[st.psn]
         self._unacked[st.psn] = st
-        st.lost, st.sent, st.tx = False, now, self._tx
+        st.lost, st.sent, st.tx, st.resent = False, now, self._tx, True
         st.path = path = self.evs.next(avoid=st.path)
         st.seq = path.seq_sent
         path.seq_sent += 1
@@ -233,7 +234,7 @@ class MrcSender:
     def _sack(self, p: MrcPacket, now: float) -> None:
         self.counters.sacks_received += 1
         cack = self._unwrap(p.psn)
-        acked = 0
+        acked = self._ack(self._unwrap(p.ref), (p.plane, p.ev))  # the one whose EV is known
         for psn in range(self._cack, cack):
             acked += self._ack(psn)
         self._cack = max(self._cack, cack)
@@ -242,18 +243,22 @@ class MrcSender:
             low = bm & -bm
             acked += self._ack(base + low.bit_length() - 1)
             bm ^= low
-        acked += self._ack(self._unwrap(p.ref))
         self.cc.on_ack(now, acked, _rtt(now, p.ts), bool(p.ce or p.echo & 1))
         self._scan_losses(now)
 
-    def _ack(self, psn: int) -> int:
+    def _ack(self, psn: int, arrived_on: tuple[int, int] | None = None) -> int:
+        """Acknowledge `psn`; `arrived_on` is the (plane, EV) it arrived on, if known. The
+        EV's order moves only when the acknowledged transmission is certain: an earlier
+        transmission of a resent packet arriving late must not make the packets sent
+        before the resend on its new EV look lost."""
         st = self._unacked.pop(psn, None)
         if st is None:
             return 0
         if not st.lost:
             self._inflight -= st.length
         path = st.path
-        if st.seq > path.seq_acked:
+        certain = not st.resent or arrived_on == (path.plane, path.ev)
+        if certain and st.seq > path.seq_acked:
             path.seq_acked = st.seq
             self._acked_paths.add(path)
         self.evs.acked(path)

@@ -172,6 +172,28 @@ def test_a_loss_on_one_ev_under_spraying_retires_it_and_resends_that_psn():
     assert net.tx.evs.retirements == 1 and net.tx.counters.timeouts == 0
 
 
+def test_a_late_first_transmission_does_not_make_the_resend_ev_look_lossy():
+    """PSN 0 is declared lost on its EV, resent on the other; then its first transmission
+    arrives after all. That acknowledgement says nothing about the resend's EV: the
+    packets sent there before the resend are not lost."""
+    tx = MrcSender(0x11, 0x22, EvSet(entropy_values(1, 2), 2, 1.0), _nscc(),
+                   SenderConfig(mtu=MTU, ack_timeout_s=10.0))
+    tx.post_write(0, memoryview(bytearray(8 * MTU)), 0x1000, 7)
+    ev = {p.psn: (p.plane, p.ev) for p in tx.poll(0.0, 64)}
+    assert ev[0] == ev[2] != ev[1]
+
+    def sack(cack: int, bitmap: int, ref: int) -> MrcPacket:
+        plane, e = ev[ref]
+        return MrcPacket(MrcOpcode.SACK, 0x11, cack, 0, plane, e, ts=0, bitmap=bitmap, ref=ref)
+
+    tx.receive(sack(0, 1 << 1, 2), 0.001)  # PSN 2 arrived on PSN 0's EV: PSN 0 is lost
+    assert tx.counters.losses == 1
+    [resent] = tx.poll(0.002, 64)
+    assert resent.psn == 0 and (resent.plane, resent.ev) == ev[1]
+    tx.receive(sack(1, 1 << 0, 0), 0.003)  # the first transmission of PSN 0, late, on its EV
+    assert tx.counters.losses == 1 and tx.poll(0.004, 64) == []  # PSNs 1, 3, 5, 7 not lost
+
+
 def test_rate_cap_paces_the_connection():
     net = Net(200 * MTU)
     net.tx.config.rate_bps = 8 * MTU * 1000.0  # 1000 MTUs/s: 200 MTUs take ~0.2 s
