@@ -32,7 +32,7 @@ BASE_RTT_UNSHAPED_S = 200e-6  # ... and on an unshaped one (wall: a Python engin
 # modelled base RTT: with RC's 2048-MTU window an MRC sender queued up to 15 MB in its
 # own NIC's qdisc (1.2 s at 100 Mbit/s), where neither ECN nor trimming sees it,
 # and its packets waited there until ACK timeouts resent them (measured)
-BDP_WINDOWS = 1.5
+BDP_WINDOWS = 3.0
 
 
 def sender(job: Job, conn: int, remote: int, planes: int, config: EngineConfig) -> MrcSender:
