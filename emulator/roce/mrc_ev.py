@@ -107,6 +107,21 @@ class EvSet:
         self._active.remove(path)
         return True
 
+    def plane_down(self, plane: int) -> bool:
+        """Every EV of `plane` retired (a plane lost, or this connection never got through)."""
+        evs = [p for p in self.paths if p.plane == plane]
+        return bool(evs) and all(p.state not in USABLE for p in evs)
+
+    def retire_plane(self, plane: int, now: float) -> int:
+        """Start `plane`'s EVs retired (the floor kept), to be probed at once: a new
+        connection to a peer whose plane an earlier one lost. How many it retired."""
+        n = 0
+        for path in [p for p in self._active if p.plane == plane]:
+            if self.retire(path, now):
+                path.probe_due = now
+                n += 1
+        return n
+
     def probes_due(self, now: float) -> list[Path]:
         """The retired EVs to probe now (each counted as sent); a probe still unanswered
         counts as missed, and `probe_retries` misses in a row deny the EV."""

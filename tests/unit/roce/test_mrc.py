@@ -404,3 +404,13 @@ def test_compiled_parse_refuses_what_python_refuses(compiled):
     trimmed[2:4], trimmed[24:26] = (114).to_bytes(2, "big"), (94).to_bytes(2, "big")
     q = mrc_parse(memoryview(trimmed))
     assert q is not None and q.flags & MrcFlag.TRIMMED and q.payload == b"" and q.length == 753
+
+
+def test_a_lost_plane_starts_retired_and_probed_on_the_next_connection():
+    evs = EvSet(entropy_values(5, 4, planes=2), 2, probe_interval_s=1.0)
+    assert not evs.plane_down(1)
+    assert evs.retire_plane(1, 10.0) == 4 and evs.plane_down(1) and not evs.plane_down(0)
+    assert evs.active == 4 and all(evs.next().plane == 0 for _ in range(8))
+    assert len(evs.probes_due(10.0)) == 4  # probed at once: a plane that is back returns
+    floor = EvSet(entropy_values(5, 4, planes=2), 6, probe_interval_s=1.0)
+    assert floor.retire_plane(1, 0.0) == 2 and floor.active == 6  # never below the floor
