@@ -45,7 +45,7 @@ class Path:
     rtt_s: float | None = None
     seq_sent: int = 0  # packets sent on this EV so far (its sending order)
     seq_acked: int = -1  # the latest sending-order place acknowledged
-    queue: deque[Any] = field(default_factory=deque, repr=False)  # (seq, packet) in order
+    queue: deque[Any] = field(default_factory=deque, repr=False)  # its packets, in order
 
     __hash__ = object.__hash__
 

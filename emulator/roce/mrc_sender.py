@@ -149,7 +149,8 @@ class MrcSender:
             self.counters.probes_sent += 1
             out.append(MrcPacket(MrcOpcode.PROBE, self.remote_conn, 0, 0, path.plane, path.ev,
                                  ts=timestamp_us(now), ext=self.counters.probes_sent))
-        self._pace.spent(sum(len(p.payload) for p in out if p.is_data))
+        if self._pace.rate:
+            self._pace.spent(sum(len(p.payload) for p in out if p.is_data))
         return out
 
     def _new_packets(self, now: float, room: int, out: list[MrcPacket]) -> None:
@@ -168,7 +169,7 @@ class MrcSender:
             n = min(mtu, len(msg.view) - off)
             unacked[psn] = st = _Pkt(psn, msg, index, n, path, now, self._tx, path.seq_sent)
             path.seq_sent += 1
-            path.queue.append((st.seq, st))
+            path.queue.append(st)
             self._tx += 1
             msg.made = index + 1
             msg.unacked += 1
@@ -197,7 +198,7 @@ class MrcSender:
         st.path = path = self.evs.next(avoid=st.path)
         st.seq = path.seq_sent
         path.seq_sent += 1
-        path.queue.append((st.seq, st))
+        path.queue.append(st)
         self.counters.retransmitted_packets += 1
         self.counters.retransmitted_bytes += st.length
         return self._emit(st, now)
@@ -275,11 +276,9 @@ class MrcSender:
         for path in self._acked_paths:
             queue, limit = path.queue, path.seq_acked - allowance
             while queue:
-                seq, st = queue[0]
-                st = cast(_Pkt, st)
-                live = st.seq == seq and st.path is path and not st.lost
-                if live and unacked.get(st.psn) is st:
-                    if seq >= limit:
+                st = cast(_Pkt, queue[0])  # stale once acked, lost or resent elsewhere
+                if st.path is path and not st.lost and unacked.get(st.psn) is st:
+                    if st.seq >= limit:
                         break
                     self._lose(st, now)
                 queue.popleft()
