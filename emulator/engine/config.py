@@ -14,7 +14,9 @@ from .job import ROCE_DSCP
 from .regions import DEFAULT_MAX_REGISTERED, ENV_MAX_REGISTERED
 
 MRC_DSCP = 18  # MRC data on DSCP 18 / TC 2 (lossy, trimmable) by default
-MRC_ACK_EXP_SHAPED = 10  # 1.05 ms real-equivalent, as RC's RTO_REAL_S on a shaped lab
+# 262 us real-equivalent: ~26 modelled base RTTs (10 us), 1.05 s wall at D = 4000 (RC's
+# 1 s wall floor); 2^10 (4.2 s, RC's RTO) cost every packet on a lost plane 4 s of wall
+MRC_ACK_EXP_SHAPED = 8
 RTO_REAL_S = 1e-3  # first retransmission timeout on congestion labs, real-equivalent
 
 

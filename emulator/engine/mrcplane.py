@@ -19,6 +19,7 @@ from ..roce.mrc_sender import MrcSender
 from ..roce.verbs import WcStatus
 
 IDLE_WAIT_S = 0.005
+SUSPECT_S = 60.0  # how long a plane a connection lost stays suspect for the next ones
 SENDER_KEYS = ("probes_sent", "probes_answered", "sacks_received", "nacks_received",
                "trim_nacks_received", "retransmitted_packets", "retransmitted_bytes")
 RECEIVER_KEYS = ("sacks_sent", "nacks_sent", "trim_nacks_sent")
@@ -32,6 +33,7 @@ class _Served:
     half: MrcSender | MrcReceiver
     flow: FlowKey
     watch: Any = None  # datathread.Watch of the transfer a sender serves
+    peers: list[str] = field(default_factory=list)  # the peer's address on each plane
     last_placed: int = 0
     last_t: float | None = None
     max_gap_s: float = 0.0
@@ -48,6 +50,10 @@ class MrcPlane:
     endpoint: MrcEndpoint
     served: dict[int, _Served] = field(default_factory=dict)
     finished: dict[FlowKey, dict[str, Any]] = field(default_factory=dict)
+    # peer addresses (one plane's) an earlier sender ended with every EV retired on,
+    # and when: a new connection there starts those EVs retired and probes them, as a
+    # NIC keeps its path state, instead of losing a window to an ACK timeout
+    suspect: dict[str, float] = field(default_factory=dict)
 
     @property
     def busy(self) -> bool:
@@ -56,7 +62,12 @@ class MrcPlane:
     def add(self, conn: int, half: MrcSender | MrcReceiver, local_ips: list[str],
             peer_ips: list[str], flow: FlowKey, watch: Any = None) -> None:
         """(data thread) Serve a connection's half; a sender's completions feed `watch`."""
-        self.served[conn] = _Served(half, flow, watch)
+        self.served[conn] = _Served(half, flow, watch, peers=list(peer_ips))
+        if isinstance(half, MrcSender) and len(peer_ips) > 1:
+            now = time.monotonic()
+            for plane, ip in enumerate(peer_ips):
+                if now - self.suspect.get(ip, -SUSPECT_S) < SUSPECT_S:
+                    half.evs.retire_plane(plane, now)
         self.endpoint.add(conn, half, local_ips, peer_ips)
 
     def remove(self, conn: int) -> dict[str, Any] | None:
@@ -66,6 +77,12 @@ class MrcPlane:
         self.endpoint.remove(conn)
         if s is None:
             return None
+        if isinstance(s.half, MrcSender) and len(s.peers) > 1:
+            for plane, ip in enumerate(s.peers):
+                if s.half.evs.plane_down(plane):
+                    self.suspect[ip] = time.monotonic()
+                else:
+                    self.suspect.pop(ip, None)
         entry = entry_of(conn, s.half, s.flow) | {"max_gap_s": round(s.max_gap_s, 6)}
         add_into(self.finished.setdefault(s.flow, empty_entry(s.flow)), entry)
         return entry

@@ -11,8 +11,10 @@ answer. The floor `min_active` keeps a connection from retiring every path.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 EV_LOW, EV_HIGH = 0xC000, 0x10000  # the RoCEv2 source-port range rxe uses
 
@@ -41,6 +43,11 @@ class Path:
     probe_out: bool = False  # a probe awaits its answer
     probes_missed: int = 0
     rtt_s: float | None = None
+    seq_sent: int = 0  # packets sent on this EV so far (its sending order)
+    seq_acked: int = -1  # the latest sending-order place acknowledged
+    queue: deque[Any] = field(default_factory=deque, repr=False)  # its packets, in order
+
+    __hash__ = object.__hash__
 
     def as_dict(self) -> dict[str, object]:
         return {"ev": self.ev, "plane": self.plane, "state": self.state.value,
@@ -99,6 +106,21 @@ class EvSet:
         path.probe_due, path.probe_out, path.probes_missed = now + self.probe_interval_s, False, 0
         self._active.remove(path)
         return True
+
+    def plane_down(self, plane: int) -> bool:
+        """Every EV of `plane` retired (a plane lost, or this connection never got through)."""
+        evs = [p for p in self.paths if p.plane == plane]
+        return bool(evs) and all(p.state not in USABLE for p in evs)
+
+    def retire_plane(self, plane: int, now: float) -> int:
+        """Start `plane`'s EVs retired (the floor kept), to be probed at once: a new
+        connection to a peer whose plane an earlier one lost. How many it retired."""
+        n = 0
+        for path in [p for p in self._active if p.plane == plane]:
+            if self.retire(path, now):
+                path.probe_due = now
+                n += 1
+        return n
 
     def probes_due(self, now: float) -> list[Path]:
         """The retired EVs to probe now (each counted as sent); a probe still unanswered

@@ -77,7 +77,9 @@ class MrcReceiver:
         if not self._place(p):
             return [self._nack(p, NackCode.ACCESS, now)]
         self._received(psn)
-        if flags & F_ACK_REQ or self._pending >= self.ack_every:
+        # beyond the bitmap a SACK's `ref` is a packet's only acknowledgement: without it
+        # the sender would time out (and resend) what arrived behind a hole
+        if flags & F_ACK_REQ or self._pending >= self.ack_every or psn > self.cack + BITMAP_BITS:
             return [self._sack(p, now)]
         self._last = p
         return []

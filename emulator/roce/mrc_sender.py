@@ -3,17 +3,20 @@
 Messages (RDMA WRITE, optionally with immediate) are cut into MTU packets, each
 with the next PSN and its own RETH, sent round robin over the connection's
 usable EVs while the NSCC window and the MPR allow. A SACK acknowledges a
-cumulative range and a 64-bit bitmap; a packet is lost when `reorder` packets
-sent after it were acknowledged, when its ACK timer expires or when a NACK
-names it. A lost packet's EV is retired at once (down to the floor) and that
-packet alone is resent on another usable EV. A TRIM NACK resends exactly the
-trimmed packet and quick-adapts the window; it does not retire the EV.
+cumulative range and a 64-bit bitmap. Each EV is one path and keeps order, so
+a packet is lost when more than `reorder` packets sent after it ON THE SAME EV
+were acknowledged (reordering across EVs is normal under spraying and never
+counts), when its ACK timer expires or when a NACK names it. A lost packet's EV
+is retired at once (down to the floor) and that packet alone is resent on another
+usable EV. A TRIM NACK resends exactly the trimmed packet and quick-adapts the
+window; it does not retire the EV.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import cast
 
 from emulator.roce.mrc_ev import EvSet, Path
 from emulator.roce.mrc_wire import (
@@ -58,8 +61,10 @@ class _Pkt:
     path: Path
     sent: float
     tx: int
+    seq: int = 0  # its place in its EV's sending order
     retries: int = 0
     lost: bool = False
+    resent: bool = False  # an acknowledgement may be of an earlier transmission
 
 
 @dataclass
@@ -83,7 +88,8 @@ class SenderConfig:
     ack_timeout_s: float = 0.067  # 1.024 us x 2^t x dilation
     max_retries: int = FOREVER
     mpr_units: int = 64
-    reorder: int = 64  # packets sent later and acknowledged before one counts as lost
+    reorder: int = 0  # packets sent later on the same EV and acknowledged beyond which it is lost
+    rate_bps: float = 0.0  # the connection's pacing rate (wall bit/s); 0: none
     ack_every: int = 16  # ACK_REQ on every this many packets (and a message's last)
 
 
@@ -100,7 +106,9 @@ class MrcSender:
         self.error: str | None = None
         self._msgs: deque[_Msg] = deque()
         self._numbers = 0
-        self._next_psn = self._cack = self._tx = self._max_tx = 0
+        self._next_psn = self._cack = self._tx = 0
+        self._acked_paths: set[Path] = set()  # EVs whose acknowledged order moved this SACK
+        self._pace = Pacer(self.config.rate_bps, 4 * self.config.mtu)
         self._unacked: dict[int, _Pkt] = {}  # transmission order (a resend moves to the end)
         self._resend: deque[_Pkt] = deque()
         self._inflight = 0  # bytes sent and neither acknowledged nor lost
@@ -129,6 +137,7 @@ class MrcSender:
         if self.error:
             return []
         self._timeouts(now)
+        budget = self._pace.allowed(now, budget, self.config.mtu)
         out: list[MrcPacket] = []
         while self._resend and len(out) < budget:
             st = self._resend.popleft()
@@ -140,6 +149,8 @@ class MrcSender:
             self.counters.probes_sent += 1
             out.append(MrcPacket(MrcOpcode.PROBE, self.remote_conn, 0, 0, path.plane, path.ev,
                                  ts=timestamp_us(now), ext=self.counters.probes_sent))
+        if self._pace.rate:
+            self._pace.spent(sum(len(p.payload) for p in out if p.is_data))
         return out
 
     def _new_packets(self, now: float, room: int, out: list[MrcPacket]) -> None:
@@ -156,7 +167,9 @@ class MrcSender:
             index, path = msg.made, next_ev()
             off = index * mtu
             n = min(mtu, len(msg.view) - off)
-            unacked[psn] = _Pkt(psn, msg, index, n, path, now, self._tx)
+            unacked[psn] = st = _Pkt(psn, msg, index, n, path, now, self._tx, path.seq_sent)
+            path.seq_sent += 1
+            path.queue.append(st)
             self._tx += 1
             msg.made = index + 1
             msg.unacked += 1
@@ -181,8 +194,11 @@ class MrcSender:
     def _resent(self, st: _Pkt, now: float) -> MrcPacket:
         del self._unacked[st.psn]
         self._unacked[st.psn] = st
-        st.lost, st.sent, st.tx = False, now, self._tx
-        st.path = self.evs.next(avoid=st.path)
+        st.lost, st.sent, st.tx, st.resent = False, now, self._tx, True
+        st.path = path = self.evs.next(avoid=st.path)
+        st.seq = path.seq_sent
+        path.seq_sent += 1
+        path.queue.append(st)
         self.counters.retransmitted_packets += 1
         self.counters.retransmitted_bytes += st.length
         return self._emit(st, now)
@@ -219,7 +235,7 @@ class MrcSender:
     def _sack(self, p: MrcPacket, now: float) -> None:
         self.counters.sacks_received += 1
         cack = self._unwrap(p.psn)
-        acked = 0
+        acked = self._ack(self._unwrap(p.ref), (p.plane, p.ev))  # the one whose EV is known
         for psn in range(self._cack, cack):
             acked += self._ack(psn)
         self._cack = max(self._cack, cack)
@@ -228,18 +244,25 @@ class MrcSender:
             low = bm & -bm
             acked += self._ack(base + low.bit_length() - 1)
             bm ^= low
-        acked += self._ack(self._unwrap(p.ref))
         self.cc.on_ack(now, acked, _rtt(now, p.ts), bool(p.ce or p.echo & 1))
         self._scan_losses(now)
 
-    def _ack(self, psn: int) -> int:
+    def _ack(self, psn: int, arrived_on: tuple[int, int] | None = None) -> int:
+        """Acknowledge `psn`; `arrived_on` is the (plane, EV) it arrived on, if known. The
+        EV's order moves only when the acknowledged transmission is certain: an earlier
+        transmission of a resent packet arriving late must not make the packets sent
+        before the resend on its new EV look lost."""
         st = self._unacked.pop(psn, None)
         if st is None:
             return 0
         if not st.lost:
             self._inflight -= st.length
-        self._max_tx = max(self._max_tx, st.tx)
-        self.evs.acked(st.path)
+        path = st.path
+        certain = not st.resent or arrived_on == (path.plane, path.ev)
+        if certain and st.seq > path.seq_acked:
+            path.seq_acked = st.seq
+            self._acked_paths.add(path)
+        self.evs.acked(path)
         msg = st.msg
         msg.unacked -= 1
         if msg.unacked == 0 and msg.made == msg.packets:
@@ -247,15 +270,19 @@ class MrcSender:
         return st.length
 
     def _scan_losses(self, now: float) -> None:
-        limit = self._max_tx - self.config.reorder
-        lost = []
-        for st in self._unacked.values():
-            if st.tx >= limit:
-                break
-            if not st.lost:
-                lost.append(st)
-        for st in lost:
-            self._lose(st, now)
+        """Per EV, in its sending order: a packet still outstanding while more than
+        `reorder` packets sent after it on the same EV were acknowledged is lost."""
+        unacked, allowance = self._unacked, self.config.reorder
+        for path in self._acked_paths:
+            queue, limit = path.queue, path.seq_acked - allowance
+            while queue:
+                st = cast(_Pkt, queue[0])  # stale once acked, lost or resent elsewhere
+                if st.path is path and not st.lost and unacked.get(st.psn) is st:
+                    if st.seq >= limit:
+                        break
+                    self._lose(st, now)
+                queue.popleft()
+        self._acked_paths.clear()
 
     def _lose(self, st: _Pkt, now: float, retire: bool = True) -> None:
         st.lost = True
@@ -310,8 +337,9 @@ class MrcSender:
 
     def next_deadline(self) -> float | None:
         """When `poll` has something to do at the latest (0: now)."""
-        if self._resend:
-            return 0.0
+        ready = self._pace.ready()  # paced: nothing goes before the bucket refills
+        if self._resend or (ready is not None and self._msgs):
+            return ready or 0.0
         times = []
         first = next((st for st in self._unacked.values() if not st.lost), None)
         if first is not None:  # the oldest transmission times out first
@@ -332,6 +360,34 @@ class MrcSender:
                 "evs_by_state": self.evs.by_state(), "retirements": self.evs.retirements,
                 **{k: v for k, v in vars(self.counters).items()},
                 "paths": [p.as_dict() for p in self.evs.paths]}
+
+
+class Pacer:
+    """A token bucket limiting the connection to `rate_bps` (0: unlimited), as RC's
+    paced queue pairs are limited (a NIC's per-QP rate limit)."""
+
+    def __init__(self, rate_bps: float, burst: int):
+        self.rate, self.burst = float(rate_bps), burst
+        self.tokens, self.last = float(burst), None  # type: float, float | None
+
+    def allowed(self, now: float, budget: int, mtu: int) -> int:
+        """How many of `budget` MTU packets may go now."""
+        if not self.rate:
+            return budget
+        if self.last is not None:
+            self.tokens = min(self.burst, self.tokens + self.rate / 8 * (now - self.last))
+        self.last = now
+        return 0 if self.tokens < 0 else min(budget, max(1, int(self.tokens // mtu)))
+
+    def spent(self, n: int) -> None:
+        if self.rate:
+            self.tokens -= n
+
+    def ready(self) -> float | None:
+        """When the bucket is out of debt (None: it is not in debt)."""
+        if not self.rate or self.tokens >= 0 or self.last is None:
+            return None
+        return self.last - self.tokens * 8 / self.rate
 
 
 def _rtt(now: float, ts: int) -> float:

@@ -9,8 +9,11 @@ against the target delay:
 | not marked | proportional increase (+ fair increase) | fair increase |
 | marked | hold (and switch path) | multiplicative decrease |
 
-Multiplicative decrease happens at most once per base RTT and never cuts the
-window by more than half. A NACK (a trim, a loss) triggers quick adapt: the
+Queueing delay is measured against the lowest RTT seen so far (the configured
+base RTT until a first sample): a configured value above the lab's real unloaded
+RTT would hide every queue. Multiplicative decrease happens at most once per RTT
+(the latest sample, at least the base RTT) and never cuts the window by more
+than half. A NACK (a trim, a loss) triggers quick adapt: the
 window falls to what was acknowledged during the last base RTT. Every time
 constant is wall seconds, already multiplied by the lab's dilation.
 """
@@ -48,6 +51,8 @@ class Nscc:
         self.acked_window_start, self.acked_in_window = now, 0
         self.acked_last_rtt = 0
         self.counts = {a.value: 0 for a in Action} | {"quick_adapt": 0}
+        self.min_rtt: float | None = None  # the lowest RTT sampled: the measured base
+        self.last_rtt = params.base_rtt_s
 
     @property
     def window(self) -> int:
@@ -57,7 +62,11 @@ class Nscc:
         """One acknowledgement of `acked` bytes whose packet took `rtt_s` (None: unknown)."""
         self._track(now, acked)
         p = self.p
-        delay = max(0.0, (rtt_s if rtt_s is not None else p.base_rtt_s) - p.base_rtt_s)
+        if rtt_s is not None:
+            self.min_rtt = rtt_s if self.min_rtt is None else min(self.min_rtt, rtt_s)
+            self.last_rtt = rtt_s
+        base = self.min_rtt if self.min_rtt is not None else p.base_rtt_s
+        delay = max(0.0, (rtt_s if rtt_s is not None else base) - base)
         low = delay < p.target_s
         if not marked and low:
             action = Action.PROPORTIONAL
@@ -70,7 +79,7 @@ class Nscc:
             action = Action.HOLD
         else:
             action = Action.DECREASE
-            if now - self.last_decrease < p.base_rtt_s:
+            if now - self.last_decrease < max(p.base_rtt_s, self.last_rtt):
                 action = Action.HOLD
             else:
                 factor = max(0.5, 1.0 - p.gamma * (delay - p.target_s) / max(delay, 1e-12))

@@ -14,7 +14,7 @@ from emulator.roce.errors import MalformedPacket
 from emulator.roce.memory import MemoryTable
 from emulator.roce.mrc_ev import EvSet, EvState, entropy_values
 from emulator.roce.mrc_receiver import MrcReceiver
-from emulator.roce.mrc_sender import MrcSender, SenderConfig
+from emulator.roce.mrc_sender import MrcSender, Pacer, SenderConfig
 from emulator.roce.mrc_wire import (
     MrcFlag,
     MrcOpcode,
@@ -50,6 +50,8 @@ class Net:
         self.drop_psns: set[int] = set()
         self.trim_psns: set[int] = set()
         self.shuffle = False
+        self.spray = False  # reorder across EVs, each EV keeping its own order
+        self.hold: list[MrcPacket] = []  # packets a sprayed fabric has not delivered yet
         self.sent_psns: list[int] = []
         self.now = 0.0
 
@@ -79,12 +81,33 @@ class Net:
             d[24:26] = (94).to_bytes(2, "big")
         return parse(d)
 
+    def _spray(self, out: list[MrcPacket]) -> list[MrcPacket]:
+        """Each EV its own FIFO with a random delay of 0-3 steps: heavy reordering across
+        EVs, none within one."""
+        rng = random.Random(int(self.now * 1e6))
+        self.hold += out
+        by_ev: dict[int, list[MrcPacket]] = {}
+        for p in self.hold:
+            by_ev.setdefault(p.ev, []).append(p)
+        go, self.hold = [], []
+        for queue in by_ev.values():
+            n = len(queue) if rng.random() < 0.3 else rng.randrange(len(queue) + 1)
+            go.append(queue[:n])
+            self.hold += queue[n:]
+        merged: list[MrcPacket] = []
+        while any(go):
+            q = rng.choice([q for q in go if q])
+            merged.append(q.pop(0))
+        return merged
+
     def run(self, steps: int = 2000, dt: float = 1e-4, until_idle: bool = True) -> None:
         for _ in range(steps):
             self.now += dt
             out = [q for p in self.tx.poll(self.now, 64) if (q := self.forward(p))]
             if self.shuffle:
                 random.Random(int(self.now * 1e6)).shuffle(out)
+            if self.spray:
+                out = self._spray(out)
             replies = [r for p in out for r in self.rx.receive(p, self.now)]
             for r in replies + self.rx.flush(self.now):
                 self.tx.receive(self.wire(r), self.now)
@@ -128,6 +151,59 @@ def test_clean_transfer_places_every_byte():
     assert len(used) == 8 and all(p.state is EvState.GOOD for p in used)
 
 
+def test_cross_ev_reordering_is_not_loss():
+    net = Net(600 * MTU, evs=8, floor=2)
+    net.spray = True
+    net.post()
+    net.run(steps=5000)
+    assert net.dst == net.src and net.tx.idle
+    assert net.tx.evs.retirements == 0 and net.tx.counters.retransmitted_packets == 0
+    assert net.tx.counters.losses == 0 == net.tx.counters.timeouts
+
+
+def test_a_loss_on_one_ev_under_spraying_retires_it_and_resends_that_psn():
+    net = Net(600 * MTU, evs=8, floor=2)
+    net.spray = True
+    net.drop_psns.add(77)
+    net.post()
+    net.run(steps=5000)
+    assert net.dst == net.src and net.tx.idle
+    assert net.tx.counters.retransmitted_packets == 1 and net.sent_psns.count(77) == 2
+    assert net.tx.evs.retirements == 1 and net.tx.counters.timeouts == 0
+
+
+def test_a_late_first_transmission_does_not_make_the_resend_ev_look_lossy():
+    """PSN 0 is declared lost on its EV, resent on the other; then its first transmission
+    arrives after all. That acknowledgement says nothing about the resend's EV: the
+    packets sent there before the resend are not lost."""
+    tx = MrcSender(0x11, 0x22, EvSet(entropy_values(1, 2), 2, 1.0), _nscc(),
+                   SenderConfig(mtu=MTU, ack_timeout_s=10.0))
+    tx.post_write(0, memoryview(bytearray(8 * MTU)), 0x1000, 7)
+    ev = {p.psn: (p.plane, p.ev) for p in tx.poll(0.0, 64)}
+    assert ev[0] == ev[2] != ev[1]
+
+    def sack(cack: int, bitmap: int, ref: int) -> MrcPacket:
+        plane, e = ev[ref]
+        return MrcPacket(MrcOpcode.SACK, 0x11, cack, 0, plane, e, ts=0, bitmap=bitmap, ref=ref)
+
+    tx.receive(sack(0, 1 << 1, 2), 0.001)  # PSN 2 arrived on PSN 0's EV: PSN 0 is lost
+    assert tx.counters.losses == 1
+    [resent] = tx.poll(0.002, 64)
+    assert resent.psn == 0 and (resent.plane, resent.ev) == ev[1]
+    tx.receive(sack(1, 1 << 0, 0), 0.003)  # the first transmission of PSN 0, late, on its EV
+    assert tx.counters.losses == 1 and tx.poll(0.004, 64) == []  # PSNs 1, 3, 5, 7 not lost
+
+
+def test_rate_cap_paces_the_connection():
+    net = Net(200 * MTU)
+    net.tx.config.rate_bps = 8 * MTU * 1000.0  # 1000 MTUs/s: 200 MTUs take ~0.2 s
+    net.tx._pace = Pacer(net.tx.config.rate_bps, 4 * MTU)
+    net.post()
+    net.run(steps=20000, dt=1e-4)
+    assert net.dst == net.src
+    assert 0.19 <= net.now <= 0.23  # simulated time, not wall time
+
+
 def test_reordered_packets_are_placed_correctly():
     net = Net(100 * MTU)
     net.shuffle = True
@@ -166,7 +242,7 @@ def test_probe_returns_a_retired_ev():
     path = net.tx.evs.paths[0]
     net.dead_evs.add(path.ev)
     net.post()
-    net.run(steps=30)
+    net.run(steps=700)  # past one ACK timeout (0.05 s): a dead EV has no later packets acked
     assert path.state is EvState.ASSUMED_BAD
     net.dead_evs.clear()
     net.run(steps=500, until_idle=False)
@@ -213,7 +289,17 @@ def test_nscc_four_actions():
     assert cc.window >= w // 2  # never more than half
     w = cc.window
     assert cc.on_ack(1.0002, MTU, 100e-3, marked=True) is Action.HOLD and cc.window == w  # once per RTT
-    assert cc.on_ack(1.002, MTU, 100e-3, marked=True) is Action.DECREASE
+    assert cc.on_ack(1.05, MTU, 100e-3, marked=True) is Action.HOLD  # ... the RTT now is 100 ms
+    assert cc.on_ack(1.101, MTU, 100e-3, marked=True) is Action.DECREASE
+
+
+def test_nscc_measures_delay_from_the_lowest_rtt_not_a_configured_one_too_high():
+    cc = Nscc(NsccParams(MTU, base_rtt_s=40e-3, target_s=10e-3, max_cwnd=256 * MTU,
+                         init_cwnd=256 * MTU), 0.0)
+    cc.on_ack(0.0, MTU, 2e-3, marked=False)  # the fabric's real unloaded RTT: 2 ms
+    w = cc.window
+    # 30 ms of queueing: below the configured 40 ms base RTT, far above the 10 ms target
+    assert cc.on_ack(0.1, MTU, 32e-3, marked=True) is Action.DECREASE and cc.window < w
 
 
 def test_nscc_quick_adapt_on_nack():
@@ -318,3 +404,13 @@ def test_compiled_parse_refuses_what_python_refuses(compiled):
     trimmed[2:4], trimmed[24:26] = (114).to_bytes(2, "big"), (94).to_bytes(2, "big")
     q = mrc_parse(memoryview(trimmed))
     assert q is not None and q.flags & MrcFlag.TRIMMED and q.payload == b"" and q.length == 753
+
+
+def test_a_lost_plane_starts_retired_and_probed_on_the_next_connection():
+    evs = EvSet(entropy_values(5, 4, planes=2), 2, probe_interval_s=1.0)
+    assert not evs.plane_down(1)
+    assert evs.retire_plane(1, 10.0) == 4 and evs.plane_down(1) and not evs.plane_down(0)
+    assert evs.active == 4 and all(evs.next().plane == 0 for _ in range(8))
+    assert len(evs.probes_due(10.0)) == 4  # probed at once: a plane that is back returns
+    floor = EvSet(entropy_values(5, 4, planes=2), 6, probe_interval_s=1.0)
+    assert floor.retire_plane(1, 0.0) == 2 and floor.active == 6  # never below the floor
