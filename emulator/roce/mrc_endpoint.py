@@ -23,9 +23,8 @@ from emulator.roce.errors import MalformedPacket
 from emulator.roce.headers import Ecn
 from emulator.roce.mrc_wire import MrcPacket, build_into, max_datagram, parse
 from emulator.roce.sendbatch import SendBatch
+from emulator.roce.transport import open_raw
 
-SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
-_BUFFER = 8 << 20
 CTRL_DSCP = 48  # SACK, NACK, PROBE, PROBE_REPLY: the high-priority class, as CNPs
 RX_BURST = 64
 SLOT = 4608  # a send slot: the largest MRC datagram at MTU 4096 (4176 bytes), rounded up
@@ -97,7 +96,8 @@ class MrcEndpoint:
         self._parse = fast[1] if fast else _parse_python
         self._ip_id = 1
         try:
-            self.sock = _open(local_ips[0] if len(local_ips) == 1 else "0.0.0.0")
+            self.sock = open_raw(local_ips[0] if len(local_ips) == 1 else "0.0.0.0",
+                                 sockfilter.MRC_ONLY)
         except OSError as e:
             raise EngineError(f"MRC socket on {local_ips[0]}: {e.strerror}") from e
 
@@ -205,22 +205,6 @@ def _parse_python(view: memoryview) -> MrcPacket | None:
         return parse(view, in_place=True)
     except MalformedPacket:
         return None
-
-
-def _open(local_ip: str) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
-    try:
-        sockfilter.attach(sock, sockfilter.MRC_ONLY)
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
-        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, _BUFFER)
-        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, _BUFFER)
-        sock.bind((local_ip, 0))
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
 
 
 assert max_datagram(4096) + 4 <= SLOT

@@ -93,7 +93,7 @@ class Transport:
         self._guard: socket.socket | None = None
         self._rail_guards: list[socket.socket] = []
         try:
-            self._raw = _open_raw(local_ip if not rail_ips else "0.0.0.0")
+            self._raw = open_raw(local_ip if not rail_ips else "0.0.0.0")
             self._guard = _open_guard(local_ip)
             self._rail_guards = [_open_guard(ip) for ip in rail_ips]
         except OSError as e:
@@ -269,10 +269,13 @@ class Transport:
         self.close()
 
 
-def _open_raw(local_ip: str) -> socket.socket:
+def open_raw(local_ip: str, program: tuple[sockfilter.Insn, ...] = sockfilter.ROCE_ONLY
+             ) -> socket.socket:
+    """A raw UDP socket bound to `local_ip` that sees what `program` accepts (RC's
+    datagrams, or MRC's: sockfilter.py), with large buffers, non-blocking."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
     try:
-        sockfilter.attach(sock, sockfilter.ROCE_ONLY)
+        sockfilter.attach(sock, program)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
         sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, _BUFFER)
         sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, _BUFFER)

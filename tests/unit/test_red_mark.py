@@ -26,6 +26,7 @@ from emulator.diagnose.evidence import Evidence
 from emulator.diagnose.rules import ROCE_TC, mark_probability
 from emulator.lab import load_topology
 from emulator.metrics.snapshot import thresholds
+from tests.bpf_run import SKB_CB, SKB_MARK, RunOpts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("clang"),
                                 reason="loads a BPF program: root and clang")
@@ -62,20 +63,7 @@ FRAME = (bytes(6) + bytes.fromhex("02524c000101") + struct.pack("!H", 0x0800)
          + struct.pack("!BBHHHBBH4s4s", 0x45, 26 << 2 | 0b10, 48, 0, 0x4000, 64, 17, 0,
                        bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
          + struct.pack("!HHHH", 49152, 4791, 28, 0) + bytes(20))
-SKB_MARK, SKB_CB = 8, 48  # offsets in struct __sk_buff (uapi, append-only)
 
-
-class RunOpts(ctypes.Structure):
-    """libbpf's struct bpf_test_run_opts."""
-
-    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p),
-                ("data_out", ctypes.c_void_p), ("data_size_in", ctypes.c_uint32),
-                ("data_size_out", ctypes.c_uint32), ("ctx_in", ctypes.c_void_p),
-                ("ctx_out", ctypes.c_void_p), ("ctx_size_in", ctypes.c_uint32),
-                ("ctx_size_out", ctypes.c_uint32), ("retval", ctypes.c_uint32),
-                ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
-                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
-                ("batch_size", ctypes.c_uint32)]
 
 
 class Probe:

@@ -16,25 +16,13 @@ import pytest
 from emulator.congestion import libbpf
 from emulator.congestion.maps import NTC, STAT, pack_cfg, peer_faces_host, unpack_stat
 from emulator.lab import load_topology
+from tests.bpf_run import SKB_CB, RunOpts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("clang"),
                                 reason="loads a BPF program: root and clang")
 
 SOURCE = Path(libbpf.__file__).with_name("bpf") / "fabric.bpf.c"  # what the controller loads
-SKB_CB = 48  # offset of cb[] in struct __sk_buff (uapi, append-only)
 
-
-class RunOpts(ctypes.Structure):
-    """libbpf's struct bpf_test_run_opts (as test_red_mark.py)."""
-
-    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p),
-                ("data_out", ctypes.c_void_p), ("data_size_in", ctypes.c_uint32),
-                ("data_size_out", ctypes.c_uint32), ("ctx_in", ctypes.c_void_p),
-                ("ctx_out", ctypes.c_void_p), ("ctx_size_in", ctypes.c_uint32),
-                ("ctx_size_out", ctypes.c_uint32), ("retval", ctypes.c_uint32),
-                ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
-                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
-                ("batch_size", ctypes.c_uint32)]
 
 
 PLAN = load_topology(str(Path(__file__).parents[1] / "fixtures" / "trim-incast.yaml"))[1]
