@@ -26,7 +26,7 @@ from emulator.diagnose.evidence import Evidence
 from emulator.diagnose.rules import ROCE_TC, mark_probability
 from emulator.lab import load_topology
 from emulator.metrics.snapshot import thresholds
-from tests.bpf_run import SKB_CB, SKB_MARK, RunOpts
+from tests.bpf_run import SKB_CB, SKB_MARK, run_once
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("clang"),
                                 reason="loads a BPF program: root and clang")
@@ -82,18 +82,10 @@ class Probe:
         ctx = bytearray(SKB_CB + 20)
         struct.pack_into("=I", ctx, SKB_MARK, draw)
         struct.pack_into("=5I", ctx, SKB_CB, depth, ROCE_TC, PORT, 0, 0)
-        data_in = ctypes.create_string_buffer(FRAME, len(FRAME))
-        data_out = ctypes.create_string_buffer(len(FRAME) + 256)
-        ctx_in = ctypes.create_string_buffer(bytes(ctx), len(ctx))
-        opts = RunOpts(sz=ctypes.sizeof(RunOpts), data_in=ctypes.addressof(data_in),
-                       data_out=ctypes.addressof(data_out), data_size_in=len(FRAME),
-                       data_size_out=len(data_out), ctx_in=ctypes.addressof(ctx_in),
-                       ctx_size_in=len(ctx), repeat=1)
-        ret = self.run(self.fd, ctypes.byref(opts))
-        assert ret == 0, f"BPF_PROG_TEST_RUN: {os.strerror(ctypes.get_errno() or -ret)}"
-        assert opts.retval in (0, 1), f"red_probe found no cfg/stats for port {PORT}"
-        assert (data_out.raw[15] & 0b11 == 0b11) == bool(opts.retval)  # CE in the IP header
-        return bool(opts.retval)
+        retval, out = run_once(self.run, self.fd, FRAME, bytes(ctx))
+        assert retval in (0, 1), f"red_probe found no cfg/stats for port {PORT}"
+        assert (out[15] & 0b11 == 0b11) == bool(retval)  # CE in the IP header
+        return bool(retval)
 
     def close(self) -> None:
         self.obj.close()

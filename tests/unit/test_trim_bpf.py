@@ -16,7 +16,7 @@ import pytest
 from emulator.congestion import libbpf
 from emulator.congestion.maps import NTC, STAT, pack_cfg, peer_faces_host, unpack_stat
 from emulator.lab import load_topology
-from tests.bpf_run import SKB_CB, RunOpts
+from tests.bpf_run import SKB_CB, run_once
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("clang"),
                                 reason="loads a BPF program: root and clang")
@@ -99,16 +99,8 @@ class Probe:
     def trim(self, data: bytes, port: int) -> tuple[int, bytes]:
         ctx = bytearray(SKB_CB + 20)
         struct.pack_into("=5I", ctx, SKB_CB, port, 0, 0, 0, 0)
-        data_in = ctypes.create_string_buffer(data, len(data))
-        data_out = ctypes.create_string_buffer(len(data) + 256)
-        ctx_in = ctypes.create_string_buffer(bytes(ctx), len(ctx))
-        opts = RunOpts(sz=ctypes.sizeof(RunOpts), data_in=ctypes.addressof(data_in),
-                       data_out=ctypes.addressof(data_out), data_size_in=len(data),
-                       data_size_out=len(data_out), ctx_in=ctypes.addressof(ctx_in),
-                       ctx_size_in=len(ctx), repeat=1)
-        ret = self.run(self.fd, ctypes.byref(opts))
-        assert ret == 0, f"BPF_PROG_TEST_RUN: {os.strerror(ctypes.get_errno() or -ret)}"
-        return ctypes.c_int32(opts.retval).value, data_out.raw[:opts.data_size_out]
+        retval, out = run_once(self.run, self.fd, data, bytes(ctx))
+        return ctypes.c_int32(retval).value, out
 
     def close(self) -> None:
         self.obj.close()
