@@ -16,6 +16,8 @@
  *     .recv(fd, limit) -> (good, bad_icrc, datagrams, bytes, malformed)
  *   configure(Segment, crc32, seed, ext)     the Python objects this module uses
  *   mrc_build, mrc_parse, mrc_configure      MRC datagrams (_wire_mrc.h, mrc_wire.py)
+ *   mrc_add, mrc_drop, mrc_recv              MRC packets and MrcRuns into a Sender's batch,
+ *                                            a Receiver's recvmmsg(2) ring parsed (_wire_mrcio.h)
  *
  * The CRC-32 is the one icrc.py uses (zlib-ng's when installed), called through
  * vectorcall, so both paths share one implementation. No state machine here:
@@ -235,6 +237,7 @@ static int read_run(PyObject *run, RunFields *r, Py_buffer *payload)
 #include "_wire_send.h"
 #include "_wire_recv.h"
 #include "_wire_mrc.h"
+#include "_wire_mrcio.h"
 
 static PyObject *configure(PyObject *mod, PyObject *args)
 {
@@ -262,6 +265,11 @@ static PyMethodDef module_methods[] = {
     {"mrc_build", (PyCFunction)(void (*)(void))mrc_build, METH_FASTCALL,
      "mrc_build(out, MrcPacket, src, dst, tos, ip_id) -> length"},
     {"mrc_parse", mrc_parse, METH_O, "mrc_parse(view) -> MrcPacket | None"},
+    {"mrc_add", mrc_add, METH_VARARGS,
+     "mrc_add(sender, flows, items, start, sub, data_tos, ctrl_tos, ip_id) -> (next, sub, ip_id)"},
+    {"mrc_drop", mrc_drop, METH_O, "mrc_drop(sender): forget the queued datagrams"},
+    {"mrc_recv", mrc_recv, METH_VARARGS,
+     "mrc_recv(receiver, sock, limit) -> (MrcPackets, datagrams, malformed)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,18 +2,20 @@
 
 Beside RC's `Transport` (whose socket filter now leaves MRC's opcodes out),
 this endpoint holds a raw IPPROTO_UDP socket whose filter keeps only MRC
-datagrams (`sockfilter.MRC_ONLY`). One turn (`step`) receives what is queued,
-parses and demuxes it by connection id, lets receivers answer (SACKs at the end
-of the burst), then lets every sender put out what its window allows; the
-datagrams leave in one sendmmsg(2) batch (`SendBatch`). A packet on plane k goes
-from this host's address k to the peer's address k (NIC k to NIC k).
+datagrams (`sockfilter.MRC_ONLY`). One turn (`step`) receives what is queued
+(one recvmmsg(2) on the compiled path), parses and demuxes it by connection id,
+lets receivers answer (SACKs at the end of the burst), then lets every sender
+put out what its window allows (a message's full-MTU packets as `MrcRun`s, built
+in C); the datagrams leave in sendmmsg(2) batches (`_wire.Sender`, or
+`SendBatch` on the pure-Python path). A packet on plane k goes from this host's
+address k to the peer's address k (NIC k to NIC k).
 """
 
 from __future__ import annotations
 
 import select
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Protocol
 
@@ -21,8 +23,8 @@ from emulator.errors import EngineError
 from emulator.roce import sockfilter, wire
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.headers import Ecn
-from emulator.roce.mrc_wire import MrcPacket, build_into, max_datagram, parse
-from emulator.roce.sendbatch import SendBatch
+from emulator.roce.mrc_wire import MrcPacket, MrcRun, build_into, expand, max_datagram, parse
+from emulator.roce.sendbatch import BATCH, SendBatch
 from emulator.roce.transport import open_raw
 
 CTRL_DSCP = 48  # SACK, NACK, PROBE, PROBE_REPLY: the high-priority class, as CNPs
@@ -34,7 +36,7 @@ BUDGET = 64  # packets one sender may put out per turn
 class Half(Protocol):
     """A sender or a receiver (mrc_sender / mrc_receiver): what the endpoint drives."""
 
-    def receive(self, p: MrcPacket, now: float) -> object: ...
+    def receive(self, p: MrcPacket, now: float) -> list[MrcPacket] | None: ...
 
 
 @dataclass
@@ -58,6 +60,7 @@ class _Conn:
     peer: list[bytes]
     peer_addrs: set[int]
     address: list[int]  # SendBatch destination handles, per plane
+    flows: tuple[object, ...] = ()  # compiled path: a _wire.Flow per plane
 
 
 class _Builder:
@@ -94,6 +97,10 @@ class MrcEndpoint:
         fast = compiled_mrc()
         self._builder = _Builder(fast[0] if fast else None)
         self._parse = fast[1] if fast else _parse_python
+        self._w = wire.compiled() if fast else None  # mrc_add / mrc_recv: batches in C
+        if self._w is not None:
+            self._tx = self._w.Sender(BATCH, SLOT)
+            self._rxr = self._w.Receiver(RX_BURST, SLOT)
         self._ip_id = 1
         try:
             self.sock = open_raw(local_ips[0] if len(local_ips) == 1 else "0.0.0.0",
@@ -106,9 +113,11 @@ class MrcEndpoint:
 
     def add(self, conn: int, half: Half, local_ips: list[str], peer_ips: list[str]) -> None:
         peer = [socket.inet_aton(ip) for ip in peer_ips]
-        self.conns[conn] = _Conn(half, [socket.inet_aton(ip) for ip in local_ips], peer,
-                                 {int.from_bytes(a, "big") for a in peer},
-                                 [self._batch.address(ip) for ip in peer_ips])
+        local = [socket.inet_aton(ip) for ip in local_ips]
+        flows = () if self._w is None else tuple(
+            self._w.Flow(local[k % len(local)], a, 0) for k, a in enumerate(peer))
+        self.conns[conn] = _Conn(half, local, peer, {int.from_bytes(a, "big") for a in peer},
+                                 [self._batch.address(ip) for ip in peer_ips], flows)
 
     def remove(self, conn: int) -> Half | None:
         c = self.conns.pop(conn, None)
@@ -119,11 +128,9 @@ class MrcEndpoint:
         self.counters.turns += 1
         moved = self._receive(now)
         for c in self.conns.values():
-            poll = getattr(c.half, "poll", None)
+            poll = getattr(c.half, "poll_burst", None)
             if poll is not None:
-                for p in poll(now, BUDGET):
-                    self._queue(c, p)
-                    moved += 1
+                moved += self._send(c, poll(now, BUDGET))
         self._flush()
         return moved
 
@@ -144,35 +151,62 @@ class MrcEndpoint:
         return self._receive(now)
 
     def _receive(self, now: float) -> int:
-        recv_into, rx, counters, conns = self.sock.recv_into, self._rx, self.counters, self.conns
-        parse = self._parse
+        got = self.counters.rx_datagrams
+        counters, conns = self.counters, self.conns
+        answered: dict[int, list[MrcPacket | MrcRun]] = {}
+        for p in self._read():
+            c = conns.get(p.conn)
+            if c is None or p.src_ip not in c.peer_addrs:
+                counters.unknown_conn += 1
+                continue
+            out = answered.setdefault(p.conn, [])
+            out += c.half.receive(p, now) or ()
+        for conn, out in answered.items():
+            c = conns[conn]
+            flush = getattr(c.half, "flush", None)
+            if flush is not None:
+                out += flush(now)
+            self._send(c, out)
+        return counters.rx_datagrams - got
+
+    def _read(self) -> Iterator[MrcPacket]:
+        """The well-formed packets of a burst of at most RX_BURST datagrams (counted). On
+        the pure-Python path each is a view of one buffer: handle it before the next."""
+        counters = self.counters
+        if self._w is not None:
+            packets, got, malformed = self._w.mrc_recv(self._rxr, self.sock, RX_BURST)
+            counters.rx_datagrams += got
+            counters.malformed += malformed
+            yield from packets
+            return
+        recv_into, rx, parse = self.sock.recv_into, self._rx, self._parse
         view = memoryview(rx)
-        got = 0
-        answered: set[int] = set()
         for _ in range(RX_BURST):
             try:
                 n = recv_into(rx, 0, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 break
-            got += 1
+            counters.rx_datagrams += 1
             p = parse(view[:n])
             if p is None:
                 counters.malformed += 1
-                continue
-            c = conns.get(p.conn)
-            if c is None or p.src_ip not in c.peer_addrs:
-                counters.unknown_conn += 1
-                continue
-            for r in c.half.receive(p, now) or ():  # type: ignore[attr-defined]
-                self._queue(c, r)
-            answered.add(p.conn)
-        counters.rx_datagrams += got
-        for conn in answered:
-            c = conns[conn]
-            flush = getattr(c.half, "flush", None)
-            for r in flush(now) if flush is not None else ():
-                self._queue(c, r)
-        return got
+            else:
+                yield p
+
+    def _send(self, c: _Conn, items: list[MrcPacket | MrcRun]) -> int:
+        """Queue `items` for `c` (flushing whenever the batch fills); packets queued."""
+        if self._w is None:
+            packets = expand(items)
+            for p in packets:
+                self._queue(c, p)
+            return len(packets)
+        add, i, sub = self._w.mrc_add, 0, 0
+        while i < len(items):
+            i, sub, self._ip_id = add(self._tx, c.flows, items, i, sub, self._data_tos,
+                                      self._ctrl_tos, self._ip_id)
+            if i < len(items):
+                self._flush()
+        return len(items) + sum(r.packets - 1 for r in items if type(r) is MrcRun)
 
     def _queue(self, c: _Conn, p: MrcPacket) -> None:
         plane = p.plane % len(c.peer)
@@ -184,7 +218,7 @@ class MrcEndpoint:
             self._flush()
 
     def _flush(self) -> None:
-        batch = self._batch
+        batch = self._batch if self._w is None else self._tx
         if not batch.count:
             return
         try:
@@ -194,7 +228,10 @@ class MrcEndpoint:
         self.counters.tx_datagrams += sent
         if refused:  # the kernel has no room: these are lost, and MRC recovers them
             self.counters.tx_errors += refused
-            batch.drop()
+            if self._w is None:
+                self._batch.drop()
+            else:
+                self._w.mrc_drop(self._tx)
 
     def close(self) -> None:
         self.sock.close()

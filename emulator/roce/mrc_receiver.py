@@ -22,6 +22,7 @@ from emulator.roce.mrc_wire import (
     MrcPacket,
     NackCode,
     timestamp_us,
+    unwrap,
 )
 
 _PSN = 1 << 24
@@ -66,7 +67,7 @@ class MrcReceiver:
             return [self._nack(p, NackCode.TRIMMED_LASTHOP if flags & F_LASTHOP
                                else NackCode.TRIMMED, now)]
         c = self.counters
-        psn = self._unwrap(p.psn)
+        psn = unwrap(p.psn, self.cack)
         self._pending += 1
         if p.ecn == 3:
             self._pending_ce += 1
@@ -147,10 +148,6 @@ class MrcReceiver:
             self.counters.trim_nacks_sent += 1
         return MrcPacket(MrcOpcode.NACK, self.remote_conn, p.psn, 0, p.plane, p.ev, p.msg,
                          p.ts, timestamp_us(now), echo=code, ref=self.cack % _PSN)
-
-    def _unwrap(self, psn24: int) -> int:
-        diff = (psn24 - self.cack) % _PSN
-        return self.cack + diff if diff < _PSN // 2 else self.cack + diff - _PSN
 
     def stats(self) -> dict[str, int]:
         return dict(vars(self.counters))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from emulator.roce.mrc_ev import EvSet, Path
+from emulator.roce.mrc_pace import Pacer
 from emulator.roce.mrc_wire import (
     F_ACK_REQ,
     OP_NACK,
@@ -28,8 +29,11 @@ from emulator.roce.mrc_wire import (
     OP_WRITE_IMM,
     MrcOpcode,
     MrcPacket,
+    MrcRun,
     NackCode,
+    expand,
     timestamp_us,
+    unwrap,
 )
 from emulator.roce.nscc import Nscc
 
@@ -134,11 +138,17 @@ class MrcSender:
 
     def poll(self, now: float, budget: int) -> list[MrcPacket]:
         """Up to `budget` packets to send now: resends first, then new data, then probes."""
+        return expand(self.poll_burst(now, budget))
+
+    def poll_burst(self, now: float, budget: int) -> list[MrcPacket | MrcRun]:
+        """`poll`, with a message's full-MTU packets before its last as `MrcRun`s (the
+        compiled data path builds those without a Python object per packet)."""
         if self.error:
             return []
         self._timeouts(now)
         budget = self._pace.allowed(now, budget, self.config.mtu)
-        out: list[MrcPacket] = []
+        out: list[MrcPacket | MrcRun] = []
+        sent = self.counters.bytes_sent
         while self._resend and len(out) < budget:
             st = self._resend.popleft()
             if self._unacked.get(st.psn) is st:
@@ -150,46 +160,75 @@ class MrcSender:
             out.append(MrcPacket(MrcOpcode.PROBE, self.remote_conn, 0, 0, path.plane, path.ev,
                                  ts=timestamp_us(now), ext=self.counters.probes_sent))
         if self._pace.rate:
-            self._pace.spent(sum(len(p.payload) for p in out if p.is_data))
+            self._pace.spent(self.counters.bytes_sent - sent)
         return out
 
-    def _new_packets(self, now: float, room: int, out: list[MrcPacket]) -> None:
-        """New data packets while the window, the MPR and `room` allow (the hot loop:
-        `_emit` inlined, attributes held in locals)."""
-        msgs, unacked, next_ev, counters = self._msgs, self._unacked, self.evs.next, self.counters
-        mtu, every, conn, ts = self.config.mtu, self.config.ack_every, self.remote_conn, timestamp_us(now)
+    def _new_packets(self, now: float, room: int, out: list[MrcPacket | MrcRun]) -> None:
+        """New data packets while the window, the MPR and `room` allow: a message's
+        full-MTU packets before its last go out as one MrcRun, its last as an MrcPacket."""
+        msgs, mtu = self._msgs, self.config.mtu
         limit = self.cc.window - self._inflight
         first = psn = self._next_psn
         last_psn = self._cack + self.config.mpr_units * MPR_UNIT
         sent = 0
-        while msgs and room and sent < limit and psn < last_psn:
+        while msgs and room > 0 and sent < limit and psn < last_psn:
             msg = msgs[0]
-            index, path = msg.made, next_ev()
-            off = index * mtu
-            n = min(mtu, len(msg.view) - off)
-            unacked[psn] = st = _Pkt(psn, msg, index, n, path, now, self._tx, path.seq_sent)
-            path.seq_sent += 1
-            path.queue.append(st)
-            self._tx += 1
-            msg.made = index + 1
-            msg.unacked += 1
-            last = msg.made == msg.packets
-            if last:
-                msgs.popleft()
-            imm = last and msg.imm is not None
-            out.append(MrcPacket(OP_WRITE_IMM if imm else OP_WRITE, conn, psn % _PSN,
-                                 F_ACK_REQ if last or psn % every == 0 else 0, path.plane,
-                                 path.ev, msg.number, ts, len(msg.view), msg.va + off, msg.rkey,
-                                 n, (msg.imm or 0) if imm else 0, msg.view[off:off + n]))
-            path.packets += 1
-            path.bytes += n
+            start = msg.made  # every packet but a message's last is full-MTU
+            stop = min(msg.packets - 1, start + room, start + -(-(limit - sent) // mtu),
+                       start + last_psn - psn)
+            if stop > start:
+                out.append(self._run(msg, start, stop, psn, now))
+                sent += (stop - start) * mtu
+                room -= stop - start
+                psn += stop - start
+            if stop < msg.packets - 1 or room <= 0 or sent >= limit or psn >= last_psn:
+                break
+            path = self.evs.next()
+            n = len(msg.view) - stop * mtu
+            st = self._track(psn, msg, stop, n, path, now)
+            msg.made = msg.packets
+            msgs.popleft()
+            out.append(self._packet(st, now))
             sent += n
-            psn += 1
             room -= 1
+            psn += 1
         self._next_psn = psn
         self._inflight += sent
-        counters.packets_sent += psn - first
-        counters.bytes_sent += sent
+        self.counters.packets_sent += psn - first
+        self.counters.bytes_sent += sent
+
+    def _run(self, msg: _Msg, start: int, stop: int, psn: int, now: float) -> MrcRun:
+        """Packets start..stop-1 of `msg` (full-MTU, from `psn`), each on the next EV."""
+        unacked, next_ev, mtu, tx = self._unacked, self.evs.next, self.config.mtu, self._tx
+        evs = []
+        for index in range(start, stop):
+            path = next_ev()
+            unacked[psn] = st = _Pkt(psn, msg, index, mtu, path, now, tx, path.seq_sent)
+            path.seq_sent += 1
+            path.queue.append(st)
+            path.packets += 1
+            path.bytes += mtu
+            evs.append(path.plane << 16 | path.ev)
+            psn += 1
+            tx += 1
+        self._tx = tx
+        msg.made = stop
+        msg.unacked += stop - start
+        off = start * mtu
+        return MrcRun(self.remote_conn, psn - len(evs), len(evs), msg.number, timestamp_us(now),
+                      len(msg.view), msg.va + off, msg.rkey, mtu, self.config.ack_every, evs,
+                      msg.view[off:off + len(evs) * mtu])
+
+    def _track(self, psn: int, msg: _Msg, index: int, n: int, path: Path, now: float) -> _Pkt:
+        """A new packet's state: outstanding, queued on its EV, counted on its path."""
+        self._unacked[psn] = st = _Pkt(psn, msg, index, n, path, now, self._tx, path.seq_sent)
+        self._tx += 1
+        path.seq_sent += 1
+        path.queue.append(st)
+        path.packets += 1
+        path.bytes += n
+        msg.unacked += 1
+        return st
 
     def _resent(self, st: _Pkt, now: float) -> MrcPacket:
         del self._unacked[st.psn]
@@ -199,20 +238,19 @@ class MrcSender:
         st.seq = path.seq_sent
         path.seq_sent += 1
         path.queue.append(st)
-        self.counters.retransmitted_packets += 1
-        self.counters.retransmitted_bytes += st.length
-        return self._emit(st, now)
-
-    def _emit(self, st: _Pkt, now: float) -> MrcPacket:
+        c, n = self.counters, st.length
+        c.retransmitted_packets += 1
+        c.retransmitted_bytes += n
+        c.packets_sent, c.bytes_sent = c.packets_sent + 1, c.bytes_sent + n
+        path.packets, path.bytes = path.packets + 1, path.bytes + n
         self._tx += 1
-        self._inflight += st.length
+        self._inflight += n
+        return self._packet(st, now)
+
+    def _packet(self, st: _Pkt, now: float) -> MrcPacket:
         msg, path, n = st.msg, st.path, st.length
         last = st.index == msg.packets - 1
         flags = F_ACK_REQ if last or st.psn % self.config.ack_every == 0 else 0
-        path.packets += 1
-        path.bytes += n
-        self.counters.packets_sent += 1
-        self.counters.bytes_sent += n
         off = st.index * self.config.mtu
         imm = last and msg.imm is not None
         return MrcPacket(OP_WRITE_IMM if imm else OP_WRITE, self.remote_conn,
@@ -234,8 +272,8 @@ class MrcSender:
 
     def _sack(self, p: MrcPacket, now: float) -> None:
         self.counters.sacks_received += 1
-        cack = self._unwrap(p.psn)
-        acked = self._ack(self._unwrap(p.ref), (p.plane, p.ev))  # the one whose EV is known
+        cack = unwrap(p.psn, self._cack)
+        acked = self._ack(unwrap(p.ref, self._cack), (p.plane, p.ev))  # the one whose EV is known
         for psn in range(self._cack, cack):
             acked += self._ack(psn)
         self._cack = max(self._cack, cack)
@@ -294,7 +332,7 @@ class MrcSender:
 
     def _nack(self, p: MrcPacket, now: float) -> None:
         self.counters.nacks_received += 1
-        st = self._unacked.get(self._unwrap(p.psn))
+        st = self._unacked.get(unwrap(p.psn, self._cack))
         if p.echo == NackCode.ACCESS:
             self._fail(f"the peer refused PSN {p.psn} (remote access error)")
             return
@@ -349,45 +387,11 @@ class MrcSender:
             times.append(probe)
         return min(times) if times else None
 
-    def _unwrap(self, psn24: int) -> int:
-        """A 24-bit PSN from the wire as the full PSN nearest the cumulative ack."""
-        base = self._cack
-        diff = (psn24 - base) % _PSN
-        return base + diff if diff < _PSN // 2 else base + diff - _PSN
-
     def stats(self) -> dict[str, object]:
         return {"cwnd_bytes": self.cc.window, "evs_total": len(self.evs.paths),
                 "evs_by_state": self.evs.by_state(), "retirements": self.evs.retirements,
                 **{k: v for k, v in vars(self.counters).items()},
                 "paths": [p.as_dict() for p in self.evs.paths]}
-
-
-class Pacer:
-    """A token bucket limiting the connection to `rate_bps` (0: unlimited), as RC's
-    paced queue pairs are limited (a NIC's per-QP rate limit)."""
-
-    def __init__(self, rate_bps: float, burst: int):
-        self.rate, self.burst = float(rate_bps), burst
-        self.tokens, self.last = float(burst), None  # type: float, float | None
-
-    def allowed(self, now: float, budget: int, mtu: int) -> int:
-        """How many of `budget` MTU packets may go now."""
-        if not self.rate:
-            return budget
-        if self.last is not None:
-            self.tokens = min(self.burst, self.tokens + self.rate / 8 * (now - self.last))
-        self.last = now
-        return 0 if self.tokens < 0 else min(budget, max(1, int(self.tokens // mtu)))
-
-    def spent(self, n: int) -> None:
-        if self.rate:
-            self.tokens -= n
-
-    def ready(self) -> float | None:
-        """When the bucket is out of debt (None: it is not in debt)."""
-        if not self.rate or self.tokens >= 0 or self.last is None:
-            return None
-        return self.last - self.tokens * 8 / self.rate
 
 
 def _rtt(now: float, ts: int) -> float:

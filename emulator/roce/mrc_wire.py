@@ -96,6 +96,49 @@ class MrcPacket(NamedTuple):
         return self.opcode in _DATA
 
 
+class MrcRun(NamedTuple):
+    """`packets` full-MTU MRC_WRITE packets of one message with consecutive PSNs from
+    `psn`, each on its own EV: the burst form of that many MrcPackets, which the compiled
+    data path (`_wire.mrc_add`) builds without a Python object per packet. Packet i
+    carries payload[i * mtu:(i + 1) * mtu] at address va + i * mtu, leaves on
+    `evs[i]` (plane << 16 | EV) and asks for a SACK (ACK_REQ) when its PSN is a multiple
+    of `every`. `packets_()` is what it stands for (the reference)."""
+
+    conn: int
+    psn: int  # the first packet's PSN, unwrapped (the wire carries its low 24 bits)
+    packets: int
+    msg: int
+    ts: int
+    length: int  # the message's total length (MRCH extension)
+    va: int
+    rkey: int
+    mtu: int
+    every: int
+    evs: list[int]
+    payload: memoryview
+
+    def packets_(self) -> list[MrcPacket]:
+        out, mtu = [], self.mtu
+        for i, pe in enumerate(self.evs):
+            psn = self.psn + i
+            out.append(MrcPacket(OP_WRITE, self.conn, psn & 0xFFFFFF,
+                                 0 if psn % self.every else F_ACK_REQ, pe >> 16, pe & 0xFFFF,
+                                 self.msg, self.ts, self.length, self.va + i * mtu, self.rkey,
+                                 mtu, 0, self.payload[i * mtu:(i + 1) * mtu]))
+        return out
+
+
+def expand(items: list[MrcPacket | MrcRun]) -> list[MrcPacket]:
+    """The MrcPackets a burst stands for, in order."""
+    out: list[MrcPacket] = []
+    for item in items:
+        if type(item) is MrcRun:
+            out.extend(item.packets_())
+        else:
+            out.append(item)  # type: ignore[arg-type]
+    return out
+
+
 def build(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int) -> bytearray:
     """The IPv4 datagram for `p` from `src` to `dst` (4-byte addresses), UDP source
     port = its EV, TTL 64, DF, with the ICRC."""
@@ -160,6 +203,12 @@ def _pack_ext(p: MrcPacket, op: int, buf: bytearray | memoryview) -> None:
                         p.echo & 0xFF, p.ref >> 16 & 0xFF, p.ref & 0xFFFF)
     elif op == OP_NACK:
         _NACK.pack_into(buf, EXT_AT, p.echo, p.ref & 0xFFFFFF)
+
+
+def unwrap(psn24: int, base: int) -> int:
+    """A 24-bit PSN from the wire as the full PSN nearest `base` (a cumulative ack)."""
+    diff = (psn24 - base) & 0xFFFFFF
+    return base + diff if diff < 1 << 23 else base + diff - (1 << 24)
 
 
 def timestamp_us(now: float) -> int:
