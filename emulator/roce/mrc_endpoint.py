@@ -102,6 +102,7 @@ class MrcEndpoint:
             self._tx = self._w.Sender(BATCH, SLOT)
             self._rxr = self._w.Receiver(RX_BURST, SLOT)
         self._ip_id = 1
+        self._unflushed: set[int] = set()  # connections that received since their last flush
         try:
             self.sock = open_raw(local_ips[0] if len(local_ips) == 1 else "0.0.0.0",
                                  sockfilter.MRC_ONLY)
@@ -161,12 +162,20 @@ class MrcEndpoint:
                 continue
             out = answered.setdefault(p.conn, [])
             out += c.half.receive(p, now) or ()
+        # a receiver's SACK for what is still unacknowledged goes out once its stream
+        # pauses (a turn brings it nothing): a message's tail never waits for an ACK
+        # timeout, and a stream read in many small bursts is not SACKed once per burst
+        quiet = self._unflushed.difference(answered)
+        for conn in quiet:
+            answered[conn] = []
         for conn, out in answered.items():
-            c = conns[conn]
-            flush = getattr(c.half, "flush", None)
-            if flush is not None:
+            c = conns.get(conn)  # (a quiet one may be gone)
+            flush = getattr(c.half, "flush", None) if c is not None else None
+            if flush is not None and conn in quiet:
                 out += flush(now)
-            self._send(c, out)
+            if c is not None and out:
+                self._send(c, out)
+        self._unflushed = (self._unflushed | answered.keys()) - quiet
         return counters.rx_datagrams - got
 
     def _read(self) -> Iterator[MrcPacket]:

@@ -18,8 +18,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import cast
 
-from emulator.roce.mrc_ev import EvSet, Path
+from emulator.roce.mrc_ev import EvSet, EvState, Path
 from emulator.roce.mrc_pace import Pacer
+from emulator.roce.mrc_state import FOREVER, SenderConfig, SenderCounters, SentMessage, SentPacket
 from emulator.roce.mrc_wire import (
     F_ACK_REQ,
     OP_NACK,
@@ -39,62 +40,8 @@ from emulator.roce.nscc import Nscc
 
 MPR_UNIT = 128  # PSNs per unit of the maximum PSN range
 LINEAR_RETRIES = 7  # ACK timeouts at the base value before they double
-FOREVER = 25  # a retry limit of 25 means retry forever (MRC 1.0)
 _PSN = 1 << 24
-
-
-@dataclass(slots=True)
-class _Msg:
-    number: int
-    wr_id: int
-    view: memoryview
-    va: int
-    rkey: int
-    imm: int | None
-    packets: int
-    made: int = 0
-    unacked: int = 0
-
-
-@dataclass(slots=True)
-class _Pkt:
-    psn: int
-    msg: _Msg
-    index: int
-    length: int
-    path: Path
-    sent: float
-    tx: int
-    seq: int = 0  # its place in its EV's sending order
-    retries: int = 0
-    lost: bool = False
-    resent: bool = False  # an acknowledgement may be of an earlier transmission
-
-
-@dataclass
-class SenderCounters:
-    packets_sent: int = 0
-    bytes_sent: int = 0
-    retransmitted_packets: int = 0
-    retransmitted_bytes: int = 0
-    sacks_received: int = 0
-    nacks_received: int = 0
-    trim_nacks_received: int = 0
-    timeouts: int = 0
-    losses: int = 0
-    probes_sent: int = 0
-    probes_answered: int = 0
-
-
-@dataclass
-class SenderConfig:
-    mtu: int = 4096
-    ack_timeout_s: float = 0.067  # 1.024 us x 2^t x dilation
-    max_retries: int = FOREVER
-    mpr_units: int = 64
-    reorder: int = 0  # packets sent later on the same EV and acknowledged beyond which it is lost
-    rate_bps: float = 0.0  # the connection's pacing rate (wall bit/s); 0: none
-    ack_every: int = 16  # ACK_REQ on every this many packets (and a message's last)
+UNKNOWN = EvState.UNKNOWN
 
 
 @dataclass
@@ -108,13 +55,13 @@ class MrcSender:
     def __post_init__(self) -> None:
         self.counters = SenderCounters()
         self.error: str | None = None
-        self._msgs: deque[_Msg] = deque()
+        self._msgs: deque[SentMessage] = deque()
         self._numbers = 0
         self._next_psn = self._cack = self._tx = 0
         self._acked_paths: set[Path] = set()  # EVs whose acknowledged order moved this SACK
         self._pace = Pacer(self.config.rate_bps, 4 * self.config.mtu)
-        self._unacked: dict[int, _Pkt] = {}  # transmission order (a resend moves to the end)
-        self._resend: deque[_Pkt] = deque()
+        self._unacked: dict[int, SentPacket] = {}  # transmission order (a resend moves to the end)
+        self._resend: deque[SentPacket] = deque()
         self._inflight = 0  # bytes sent and neither acknowledged nor lost
         self._done: list[tuple[int, bool]] = []
 
@@ -123,7 +70,7 @@ class MrcSender:
     def post_write(self, wr_id: int, view: memoryview, va: int, rkey: int,
                    imm: int | None = None) -> None:
         packets = max(1, -(-len(view) // self.config.mtu))
-        self._msgs.append(_Msg(self._numbers, wr_id, view, va, rkey, imm, packets))
+        self._msgs.append(SentMessage(self._numbers, wr_id, view, va, rkey, imm, packets))
         self._numbers += 1
 
     def completions(self) -> list[tuple[int, bool]]:
@@ -197,13 +144,13 @@ class MrcSender:
         self.counters.packets_sent += psn - first
         self.counters.bytes_sent += sent
 
-    def _run(self, msg: _Msg, start: int, stop: int, psn: int, now: float) -> MrcRun:
+    def _run(self, msg: SentMessage, start: int, stop: int, psn: int, now: float) -> MrcRun:
         """Packets start..stop-1 of `msg` (full-MTU, from `psn`), each on the next EV."""
         unacked, next_ev, mtu, tx = self._unacked, self.evs.next, self.config.mtu, self._tx
         evs = []
         for index in range(start, stop):
             path = next_ev()
-            unacked[psn] = st = _Pkt(psn, msg, index, mtu, path, now, tx, path.seq_sent)
+            unacked[psn] = st = SentPacket(psn, msg, index, mtu, path, now, tx, path.seq_sent)
             path.seq_sent += 1
             path.queue.append(st)
             path.packets += 1
@@ -219,9 +166,9 @@ class MrcSender:
                       len(msg.view), msg.va + off, msg.rkey, mtu, self.config.ack_every, evs,
                       msg.view[off:off + len(evs) * mtu])
 
-    def _track(self, psn: int, msg: _Msg, index: int, n: int, path: Path, now: float) -> _Pkt:
+    def _track(self, psn: int, msg: SentMessage, index: int, n: int, path: Path, now: float) -> SentPacket:
         """A new packet's state: outstanding, queued on its EV, counted on its path."""
-        self._unacked[psn] = st = _Pkt(psn, msg, index, n, path, now, self._tx, path.seq_sent)
+        self._unacked[psn] = st = SentPacket(psn, msg, index, n, path, now, self._tx, path.seq_sent)
         self._tx += 1
         path.seq_sent += 1
         path.queue.append(st)
@@ -230,7 +177,7 @@ class MrcSender:
         msg.unacked += 1
         return st
 
-    def _resent(self, st: _Pkt, now: float) -> MrcPacket:
+    def _resent(self, st: SentPacket, now: float) -> MrcPacket:
         del self._unacked[st.psn]
         self._unacked[st.psn] = st
         st.lost, st.sent, st.tx, st.resent = False, now, self._tx, True
@@ -247,7 +194,7 @@ class MrcSender:
         self._inflight += n
         return self._packet(st, now)
 
-    def _packet(self, st: _Pkt, now: float) -> MrcPacket:
+    def _packet(self, st: SentPacket, now: float) -> MrcPacket:
         msg, path, n = st.msg, st.path, st.length
         last = st.index == msg.packets - 1
         flags = F_ACK_REQ if last or st.psn % self.config.ack_every == 0 else 0
@@ -274,8 +221,7 @@ class MrcSender:
         self.counters.sacks_received += 1
         cack = unwrap(p.psn, self._cack)
         acked = self._ack(unwrap(p.ref, self._cack), (p.plane, p.ev))  # the one whose EV is known
-        for psn in range(self._cack, cack):
-            acked += self._ack(psn)
+        acked += self._ack_range(self._cack, cack)
         self._cack = max(self._cack, cack)
         bm, base = p.bitmap, cack + 1
         while bm:
@@ -284,6 +230,31 @@ class MrcSender:
             bm ^= low
         self.cc.on_ack(now, acked, _rtt(now, p.ts), bool(p.ce or p.echo & 1))
         self._scan_losses(now)
+
+    def _ack_range(self, lo: int, hi: int) -> int:
+        """`_ack` of every PSN in [lo, hi) (the cumulative acknowledgement's advance: the
+        bulk of a SACK's work), inlined; the bytes acknowledged."""
+        pop, acked_paths, done, unknown = self._unacked.pop, self._acked_paths, self._done, UNKNOWN
+        acked = inflight = 0
+        for psn in range(lo, hi):
+            st = pop(psn, None)
+            if st is None:
+                continue
+            acked += st.length
+            if not st.lost:
+                inflight += st.length
+            path = st.path
+            if not st.resent and st.seq > path.seq_acked:  # no EV known: certain if not resent
+                path.seq_acked = st.seq
+                acked_paths.add(path)
+            if path.state is unknown:
+                self.evs.acked(path)
+            msg = st.msg
+            msg.unacked -= 1
+            if msg.unacked == 0 and msg.made == msg.packets:
+                done.append((msg.wr_id, True))
+        self._inflight -= inflight
+        return acked
 
     def _ack(self, psn: int, arrived_on: tuple[int, int] | None = None) -> int:
         """Acknowledge `psn`; `arrived_on` is the (plane, EV) it arrived on, if known. The
@@ -314,7 +285,7 @@ class MrcSender:
         for path in self._acked_paths:
             queue, limit = path.queue, path.seq_acked - allowance
             while queue:
-                st = cast(_Pkt, queue[0])  # stale once acked, lost or resent elsewhere
+                st = cast(SentPacket, queue[0])  # stale once acked, lost or resent elsewhere
                 if st.path is path and not st.lost and unacked.get(st.psn) is st:
                     if st.seq >= limit:
                         break
@@ -322,7 +293,7 @@ class MrcSender:
                 queue.popleft()
         self._acked_paths.clear()
 
-    def _lose(self, st: _Pkt, now: float, retire: bool = True) -> None:
+    def _lose(self, st: SentPacket, now: float, retire: bool = True) -> None:
         st.lost = True
         self._inflight -= st.length
         self._resend.append(st)

@@ -159,3 +159,34 @@ def test_endpoint_free_receiver_places_what_runs_carry(w):
     for k in range(tx.count):
         rx.receive(parse(bytearray(tx.datagram(k))), 0.0)
     assert dst == bytes(run.payload) and rx.counters.messages_done == 1
+
+
+def test_a_receivers_pending_sack_goes_out_when_its_stream_pauses():
+    """The endpoint's receive turn (its socket faked): data without ACK_REQ is not SACKed
+    at the end of each small burst, but the turn that brings the connection nothing
+    flushes one SACK for all of it."""
+    from emulator.roce.mrc_endpoint import MrcCounters, MrcEndpoint, _Conn
+
+    mem = MemoryTable()
+    mr = mem.register(bytearray(8 * MTU))
+    rx = MrcReceiver(0x22, 0x11, mem)
+    ep = object.__new__(MrcEndpoint)
+    ep.counters, ep._unflushed = MrcCounters(), set()
+    ep.conns = {0x22: _Conn(rx, [A], [B], {int.from_bytes(B, "big")}, [0])}
+    bursts: list[list[MrcPacket]] = []
+    sent: list[MrcPacket] = []
+    ep._read = lambda: bursts.pop(0)  # type: ignore[method-assign]
+    ep._send = lambda c, items: sent.extend(items) or len(items)  # type: ignore[method-assign]
+    data = [MrcPacket(0xE0, 0x22, i, 0, 0, 0xC000 + i, 0, 0, 8 * MTU, va=mr.va + i * MTU,
+                      rkey=mr.rkey, length=MTU, payload=bytes(MTU),
+                      src_ip=int.from_bytes(B, "big")) for i in range(3)]
+    for burst in ([data[0]], data[1:], []):
+        bursts.append(burst)
+        ep._receive(0.0)
+        if burst:
+            assert sent == []  # mid-stream: no SACK per burst
+    [sack] = sent
+    assert sack.opcode == 0xE2 and sack.psn == 3 and sack.packets == 3
+    bursts.append([])
+    ep._receive(0.0)
+    assert len(sent) == 1 and not ep._unflushed  # flushed once
