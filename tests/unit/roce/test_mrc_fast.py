@@ -190,3 +190,14 @@ def test_a_receivers_pending_sack_goes_out_when_its_stream_pauses():
     bursts.append([])
     ep._receive(0.0)
     assert len(sent) == 1 and not ep._unflushed  # flushed once
+
+
+def test_an_unshaped_lab_sacks_every_32_packets_a_shaped_one_every_16():
+    from emulator.engine import mrc
+    from emulator.engine.config import EngineConfig
+    from emulator.engine.job import Job, Op
+
+    job = Job(Op.WRITE, size=1 << 20, transport="mrc")
+    fast, shaped = EngineConfig(), EngineConfig(line_rate_bps=100e6, dilation=4000.0)
+    assert mrc.sender(job, 1, 2, 1, fast).config.ack_every == 32 == mrc.ack_every(fast)
+    assert mrc.sender(job, 1, 2, 1, shaped).config.ack_every == 16 == mrc.ack_every(shaped)
