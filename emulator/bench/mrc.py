@@ -3,10 +3,12 @@
 On an unshaped clos-2x4 (lab `bench-mrc`; $ROCELAB_BENCH_PREFIX replaces `bench-`),
 prefill1 -> decode1 moves SIZE bytes `repeats` times each way, RC and MRC
 interleaved so both see the same machine; the medians are compared (target:
-MRC >= 0.9 of RC). Then one MRC transfer meets a silent leaf1-spine1 failure
-once an eighth of its bytes are out: its longest interruption, retirements and
-resent packets (the failure figures; RC's side of that comparison is the
-`faults` section and the experiments of docs/mrc.md).
+MRC >= 0.9 of RC). Beside goodput, each transfer's CPU seconds in the two engines
+(prefill1's and decode1's processes, /proc/PID/stat): on a loaded 2-core machine the
+goodput ratio moves with the other load, what each transport costs per byte much less.
+Then one MRC transfer meets a silent leaf1-spine1 failure once an eighth of its bytes
+are out: its longest interruption, retirements and resent packets (the failure
+figures; RC's side of that comparison is the `faults` section and the experiments of docs/mrc.md).
 
 Run it with `python -m emulator.bench --only mrc` (root).
 """
@@ -19,9 +21,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from .. import faults, lab, workload
+from .. import faults, lab, procs, workload
 from ..engine import client
 from ..engine.job import Job, Op
 from ..plan import Plan
@@ -52,16 +55,50 @@ def _one(plan: Plan, job: Job) -> dict[str, Any]:
 
 def clean_path(plan: Plan, repeats: int, log: Callable[[str], None]) -> dict[str, Any]:
     runs: dict[str, list[float]] = {"rc": [], "mrc": []}
+    cpu: dict[str, list[float]] = {"rc": [], "mrc": []}
+    _one(plan, Job(Op.WRITE, size=1 << 20, transport="mrc"))  # both engines running
+    engines = _engines(plan.lab, ("prefill1", "decode1"))
     for i in range(repeats):
         for transport in ("rc", "mrc"):
+            before = _cpu_s(engines)
             res = _one(plan, Job(Op.WRITE, size=SIZE, transport=transport))
             runs[transport].append(res["goodput_gbps"])
-            log(f"mrc bench {transport} run {i + 1}/{repeats}: {res['goodput_gbps']} Gbit/s")
+            cpu[transport].append(round(_cpu_s(engines) - before, 2))
+            log(f"mrc bench {transport} run {i + 1}/{repeats}: {res['goodput_gbps']} Gbit/s, "
+                f"{cpu[transport][-1]} CPU s")
     rc, mrc = statistics.median(runs["rc"]), statistics.median(runs["mrc"])
+    rc_cpu, mrc_cpu = statistics.median(cpu["rc"]), statistics.median(cpu["mrc"])
     return {"bytes": SIZE, "rc_goodput_gbps": rc, "mrc_goodput_gbps": mrc,
             "ratio": round(mrc / rc, 3) if rc else None, "target_ratio": TARGET_RATIO,
             "meets_target": bool(rc) and mrc / rc >= TARGET_RATIO, "runs": runs,
+            "cpu_s": cpu, "cpu_ratio": round(mrc_cpu / rc_cpu, 3) if rc_cpu else None,
             "load_average_1m": os.getloadavg()[0]}
+
+
+def _engines(lab_name: str, hosts: tuple[str, ...]) -> list[int]:
+    """The PIDs of the lab's engine processes serving `hosts` (empty if not found)."""
+    pids = []
+    for pid, tag in procs.tagged_processes().items():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if tag == lab_name and b"emulator.engine.daemon" in argv and any(
+                a == b"--host" and argv[k + 1].decode() in hosts for k, a in enumerate(argv[:-1])):
+            pids.append(pid)
+    return pids
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of `pids` so far (a process gone counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def failure(plan: Plan, log: Callable[[str], None]) -> dict[str, Any]:
