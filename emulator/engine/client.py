@@ -141,6 +141,13 @@ def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def prepare(plan: Plan, host: Node, job: Job) -> bool:
+    """Have `host`'s engine make (and keep) the source region of `job` before its
+    transfers are timed, so no handoff includes generating its test data (job.py's
+    source cache); False: the region is too large to keep, each transfer makes it."""
+    return bool(_request(plan, host, {"cmd": "prepare", "job": job.to_json()}).get("cached"))
+
+
 def stats(plan: Plan, host: Node) -> dict[str, Any]:
     return _request(plan, host, {"cmd": "stats"})
 

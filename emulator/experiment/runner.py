@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +24,7 @@ from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import ConvergeTimeout, RocelabError, SpecError
 from ..metrics.snapshot import Snapshots, results_block
-from ..plan import Kind, Plan
+from ..plan import Kind, Node, Plan
 from ..plan.congestion import ROCE_TC
 from ..spec import LAB_NAME, LAB_RULE, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
@@ -347,12 +348,23 @@ def _fault_target(plan: Plan, args: dict[str, Any], field: str) -> None:
         raise
 
 
+def _engines(plan: Plan, exp: Experiment, hosts: list[Node]) -> None:
+    """Start the hosts' engines; every flow's source engine then makes the flow's test
+    data before the run is timed (in parallel), so no handoff includes generating it
+    (client.prepare)."""
+    client.ensure_engines(plan, hosts)
+    jobs = [(plan.node(f.src), _job(f, parse_duration(exp.duration), plan.dilation))
+            for f in exp.flows]
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        list(pool.map(lambda hj: client.prepare(plan, *hj), jobs))
+
+
 def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence[Measure] = (),
              label: str = "") -> analysis.Results:
     hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}
                    | {plan.node(a.dcqcn["host"]) for a in exp.actions if a.dcqcn is not None},
                    key=lambda n: n.name)
-    client.ensure_engines(plan, hosts)
+    _engines(plan, exp, hosts)
     snaps = Snapshots(plan)  # diagnose's evidence: the collectors' counters around the run
     scrape0 = snaps.take()
     counters = PortCounters(plan, parse_duration(exp.sample_every))  # every port read: not timed
