@@ -42,6 +42,7 @@ class QpResult(TypedDict, total=False):
     remote_qpn: int
     udp_sport: int
     spine: str | None  # the uplink the source leaf chose for this QP's five-tuple (None: evpn)
+    rail: int | None  # a multi-NIC host's NIC this QP used (None: one NIC)
     retransmitted_packets: int
     timeouts: int
     cnps_rx: int

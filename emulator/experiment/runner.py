@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -97,6 +97,7 @@ class FlowRun(threading.Thread):
         self.data_phases: list[tuple[float, float]] = []  # per transfer: data start .. end, wall
         self.error: str | None = None
         self.started = self.ended = 0.0
+        self._spines: list[Future[None]] = []  # each transfer's spines, resolved beside the next
         self._base = 0  # bytes of the transfers already done (the series is cumulative)
 
     def pin(self) -> None:
@@ -118,11 +119,13 @@ class FlowRun(threading.Thread):
         self.series.append((round(self.started - self.t0, 4), 0))
         src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
         began = self.started
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spines-{self.flow.name}")
         try:
             for _ in range(self.flow.repeat):
                 began = time.monotonic()
-                res = client.transfer(self.plan, src, dst, self.job, self._tick)
+                res = client.transfer(self.plan, src, dst, self.job, self._tick, resolve=False)
                 end = time.monotonic()
+                self._spines.append(pool.submit(client.resolve_spines, self.plan, src, dst, res))
                 self.results.append(cast(dict[str, Any], res))  # kept as the JSON it is
                 self.handoffs.append((began - self.t0, end - began))
                 self._base += self.job.payload_bytes
@@ -134,6 +137,17 @@ class FlowRun(threading.Thread):
             self.data_phases.append((round(began - self.t0, 4),
                                      round(time.monotonic() - self.t0, 4)))
         self.ended = time.monotonic()
+        pool.shutdown()
+        self._resolved()
+
+    def _resolved(self) -> None:
+        """Wait for the transfers' spines; one that could not be resolved fails the flow
+        as it did when it was resolved inside the transfer."""
+        for fut in self._spines:
+            try:
+                fut.result()
+            except RocelabError as e:
+                self.error = self.error or str(e)
 
     @property
     def result(self) -> dict[str, Any] | None:
