@@ -153,8 +153,12 @@ def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:
 def prepare(plan: Plan, host: Node, job: Job) -> bool:
     """Have `host`'s engine make (and keep) the source region of `job` before its
     transfers are timed, so no handoff includes generating its test data (job.py's
-    source cache); False: the region is too large to keep, each transfer makes it."""
-    return bool(_request(plan, host, {"cmd": "prepare", "job": job.to_json()}).get("cached"))
+    source cache); False: the region is too large to keep, or the engine predates
+    `prepare` (a lab left running across an upgrade): each transfer makes it then."""
+    try:
+        return bool(_request(plan, host, {"cmd": "prepare", "job": job.to_json()}).get("cached"))
+    except EngineError:  # an optimisation only: the transfer itself reports real errors
+        return False
 
 
 def stats(plan: Plan, host: Node) -> dict[str, Any]:

@@ -75,3 +75,14 @@ def test_the_engine_answers_prepare(tmp_path: Path):
         engine._guarded(engine.on_cli, theirs)
         assert cli.recv() == {"event": "prepared", "cached": True}
     assert [key[:2] for key in jobmod._sources] == [(3, 1 << 20)]
+
+
+def test_an_engine_without_prepare_costs_only_the_optimisation(monkeypatch):
+    from emulator.engine import client
+    from emulator.errors import EngineError
+
+    def old_engine(plan, host, msg):
+        raise EngineError("prefill1: unknown command 'prepare'")
+
+    monkeypatch.setattr(client, "_request", old_engine)
+    assert client.prepare(None, None, Job(Op.WRITE, size=1 << 20)) is False  # type: ignore[arg-type]
