@@ -5,7 +5,8 @@
 Control, as perftest does it: the side that initiates a transfer connects
 over TCP to the peer engine's port 18515 and exchanges QPNs, PSNs, rkey and
 VA; the data then moves as RoCEv2 on UDP 4791. The CLI talks to each engine
-over a unix socket in the lab's run dir (`transfer`, `stats`, `ping`).
+over a unix socket in the lab's run dir (`transfer`, `stats`, `ping`, `prepare`: make a
+coming transfer's test data ahead of it).
 """
 
 from __future__ import annotations
