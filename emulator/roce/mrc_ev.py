@@ -6,6 +6,16 @@ ASSUMED_BAD once a loss on it retires it, DENIED when it also misses
 `probe_retries` probes in a row. Retired EVs are probed every `probe_interval`
 (DENIED ones `deny_factor` times less often) and return to GOOD on the first
 answer. The floor `min_active` keeps a connection from retiring every path.
+
+Two policies use what the acknowledgements prove. A resend goes on an EV
+acknowledged lately (a path that works both ways now), not merely the next in
+turn: behind a silent failure the floor can keep a dead EV in use, and a packet
+resent onto it again would wait another ACK timeout (and its timeouts double
+after 7). And on a connection with several planes, once `PLANE_EVIDENCE` EVs of
+one plane are retired with nothing acknowledged on that plane since while other
+planes were, the plane is presumed lost: its other EVs retire at once and are
+probed at once (one that answers is back within a round trip) instead of each
+waiting for its own packets' ACK timeouts.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ class EvState(str, Enum):
 
 
 USABLE = (EvState.GOOD, EvState.UNKNOWN)
+PLANE_EVIDENCE = 2  # EVs of one plane retired, none of it acknowledged since: plane lost
+RECENT_ROUNDS = 4  # "acknowledged lately": within this many rounds of the active EVs
 
 
 @dataclass
@@ -45,6 +57,8 @@ class Path:
     rtt_s: float | None = None
     seq_sent: int = 0  # packets sent on this EV so far (its sending order)
     seq_acked: int = -1  # the latest sending-order place acknowledged
+    acked_at: int = -1  # the set's acknowledgement count at this EV's latest one
+    retired_at: int = -1  # ... at its latest retirement
     queue: deque[Any] = field(default_factory=deque, repr=False)  # its packets, in order
 
     __hash__ = object.__hash__
@@ -75,6 +89,9 @@ class EvSet:
         self.probe_interval_s, self.probe_retries = probe_interval_s, probe_retries
         self.deny_factor = deny_factor
         self.retirements = self.probes_sent = self.probes_answered = 0
+        self.acks = 0  # acknowledgements so far (EVs' `acked_at`, `retired_at` count them)
+        self.planes_lost = 0  # times the plane rule retired a plane's remaining EVs
+        self._multiplane = len({p.plane for p in self.paths}) > 1
         self._active = list(self.paths)
         self._cursor = 0
 
@@ -83,29 +100,64 @@ class EvSet:
         return len(self._active)
 
     def next(self, avoid: Path | None = None) -> Path:
-        """The next usable EV in turn (not `avoid` if another is usable)."""
+        """The next usable EV in turn. For a resend (`avoid`: the EV it was lost on), the
+        next one acknowledged lately other than `avoid`, if there is one."""
         active = self._active
-        self._cursor = (self._cursor + 1) % len(active)
+        n = len(active)
+        self._cursor = (self._cursor + 1) % n
         path = active[self._cursor]
-        if path is avoid and len(active) > 1:
-            self._cursor = (self._cursor + 1) % len(active)
+        if avoid is None or n == 1:
+            return path
+        lately = max(self.acks - RECENT_ROUNDS * n, -1)  # never acknowledged: not lately
+        for i in range(n):
+            cand = active[(self._cursor + i) % n]
+            if cand is not avoid and cand.acked_at > lately:
+                self._cursor = (self._cursor + i) % n
+                return cand
+        if path is avoid:
+            self._cursor = (self._cursor + 1) % n
             path = active[self._cursor]
         return path
 
     def acked(self, path: Path) -> None:
+        self.acks += 1
+        path.acked_at = self.acks
         if path.state is EvState.UNKNOWN:
             path.state = EvState.GOOD
 
     def retire(self, path: Path, now: float) -> bool:
-        """A loss on `path`: ASSUMED_BAD at once, unless the floor forbids (False)."""
+        """A loss on `path`: ASSUMED_BAD at once, unless the floor forbids (False); on a
+        multi-plane connection, its plane's other EVs too if the plane looks lost."""
+        if not self._retire(path, now):
+            return False
+        if self._multiplane and self._plane_lost(path.plane):
+            self.planes_lost += 1
+            for other in [p for p in self._active if p.plane == path.plane]:
+                if self._retire(other, now):
+                    other.probe_due = now
+        return True
+
+    def _retire(self, path: Path, now: float) -> bool:
         if path.state not in USABLE or len(self._active) <= self.min_active:
             return False
         path.state = EvState.ASSUMED_BAD
         path.retirements += 1
         self.retirements += 1
+        path.retired_at = self.acks
         path.probe_due, path.probe_out, path.probes_missed = now + self.probe_interval_s, False, 0
         self._active.remove(path)
         return True
+
+    def _plane_lost(self, plane: int) -> bool:
+        """`PLANE_EVIDENCE` EVs of `plane` retired after its latest acknowledgement, and
+        another plane acknowledged since (so the peer is alive: not a stall of the whole
+        connection)."""
+        last = max(p.acked_at for p in self.paths if p.plane == plane)
+        if max(p.acked_at for p in self.paths if p.plane != plane) <= last:
+            return False
+        dead = sum(1 for p in self.paths if p.plane == plane and p.state not in USABLE
+                   and p.retired_at > last)
+        return dead >= PLANE_EVIDENCE
 
     def plane_down(self, plane: int) -> bool:
         """Every EV of `plane` retired (a plane lost, or this connection never got through)."""
@@ -117,7 +169,7 @@ class EvSet:
         connection to a peer whose plane an earlier one lost. How many it retired."""
         n = 0
         for path in [p for p in self._active if p.plane == plane]:
-            if self.retire(path, now):
+            if self._retire(path, now):
                 path.probe_due = now
                 n += 1
         return n
@@ -146,6 +198,8 @@ class EvSet:
         if path is None or path.state in USABLE:
             return False
         self.probes_answered += 1
+        self.acks += 1  # an answer proves the path both ways, as an acknowledgement does
+        path.acked_at = self.acks
         path.state, path.probe_out, path.rtt_s = EvState.GOOD, False, rtt_s
         self._active.append(path)
         return True
