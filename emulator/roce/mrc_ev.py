@@ -11,11 +11,15 @@ Two policies use what the acknowledgements prove. A resend goes on an EV
 acknowledged lately (a path that works both ways now), not merely the next in
 turn: behind a silent failure the floor can keep a dead EV in use, and a packet
 resent onto it again would wait another ACK timeout (and its timeouts double
-after 7). And on a connection with several planes, once `PLANE_EVIDENCE` EVs of
-one plane are retired with nothing acknowledged on that plane since while other
-planes were, the plane is presumed lost: its other EVs retire at once and are
-probed at once (one that answers is back within a round trip) instead of each
-waiting for its own packets' ACK timeouts.
+after 7). And on a connection with several planes, a plane is presumed lost when
+nothing sent on it is acknowledged for `PLANE_SILENCE` of the probe interval (the
+ACK timeout) while the other planes were acknowledged again and again (a SACK
+covers every plane's packets: a silent plane is one whose packets stop arriving),
+or once `PLANE_EVIDENCE` of its EVs were retired with nothing acknowledged on it
+since. Its usable EVs then retire at once, are probed at once (one that answers is
+back within a round trip), and the sender resends what they hold (`presumed`).
+Otherwise a lost plane keeps taking its share of every window until its packets'
+ACK timeouts, and the connection stalls on it for one.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class EvState(str, Enum):
 
 USABLE = (EvState.GOOD, EvState.UNKNOWN)
 PLANE_EVIDENCE = 2  # EVs of one plane retired, none of it acknowledged since: plane lost
+PLANE_SILENCE = 0.25  # of the probe interval: a plane unacknowledged this long, others not
+PLANE_MOVES = 4  # ... while the others' acknowledgements moved at this many polls since
 RECENT_ROUNDS = 4  # "acknowledged lately": within this many rounds of the active EVs
 
 
@@ -91,7 +97,16 @@ class EvSet:
         self.retirements = self.probes_sent = self.probes_answered = 0
         self.acks = 0  # acknowledgements so far (EVs' `acked_at`, `retired_at` count them)
         self.planes_lost = 0  # times the plane rule retired a plane's remaining EVs
-        self._multiplane = len({p.plane for p in self.paths}) > 1
+        planes = 1 + max(p.plane for p in self.paths)
+        self._multiplane = planes > 1
+        self.plane_acks = [0] * planes  # acknowledgements per plane
+        # per plane: its acks, when they last moved, and `_moves` (polls at which some
+        # plane's acks moved) then
+        self._plane_moved: list[tuple[int, float, int]] = []
+        self._moves = 0
+        self._judged: set[int] = set()  # planes presumed lost since their acks last moved
+        self.presumed: list[Path] = []  # EVs a plane rule retired: the sender resends their
+        # outstanding packets at once (`take_presumed`) instead of at their ACK timeouts
         self._active = list(self.paths)
         self._cursor = 0
 
@@ -121,6 +136,7 @@ class EvSet:
 
     def acked(self, path: Path) -> None:
         self.acks += 1
+        self.plane_acks[path.plane] += 1
         path.acked_at = self.acks
         if path.state is EvState.UNKNOWN:
             path.state = EvState.GOOD
@@ -131,11 +147,43 @@ class EvSet:
         if not self._retire(path, now):
             return False
         if self._multiplane and self._plane_lost(path.plane):
-            self.planes_lost += 1
-            for other in [p for p in self._active if p.plane == path.plane]:
-                if self._retire(other, now):
-                    other.probe_due = now
+            self._lose_plane(path.plane, now)
         return True
+
+    def _lose_plane(self, plane: int, now: float) -> None:
+        """Presume `plane` lost: its usable EVs retire (the floor kept), probed at once."""
+        self.planes_lost += 1
+        for other in [p for p in self._active if p.plane == plane]:
+            if self._retire(other, now):
+                other.probe_due = now
+                self.presumed.append(other)
+
+    def take_presumed(self) -> list[Path]:
+        """The EVs presumed lost with their plane since the last call."""
+        out, self.presumed = self.presumed, []
+        return out
+
+    def _watch_planes(self, now: float) -> None:
+        """(every poll) A plane whose acknowledgements have not moved for PLANE_SILENCE
+        of the probe interval, while the other planes' moved at PLANE_MOVES polls since
+        (the peer alive: not the whole connection stalled), is presumed lost."""
+        seen = self._plane_moved
+        if not seen:
+            seen.extend((n, now, 0) for n in self.plane_acks)
+            return
+        for plane, n in enumerate(self.plane_acks):
+            if n != seen[plane][0]:
+                self._moves += 1
+                seen[plane] = (n, now, self._moves)
+                self._judged.discard(plane)
+        silence = PLANE_SILENCE * self.probe_interval_s
+        for plane, (_, since, moves) in enumerate(seen):
+            if (plane in self._judged or now - since < silence
+                    or self._moves - moves < PLANE_MOVES):
+                continue
+            self._judged.add(plane)  # once per silence
+            if any(p.plane == plane for p in self._active):
+                self._lose_plane(plane, now)
 
     def _retire(self, path: Path, now: float) -> bool:
         if path.state not in USABLE or len(self._active) <= self.min_active:
@@ -176,7 +224,10 @@ class EvSet:
 
     def probes_due(self, now: float) -> list[Path]:
         """The retired EVs to probe now (each counted as sent); a probe still unanswered
-        counts as missed, and `probe_retries` misses in a row deny the EV."""
+        counts as missed, and `probe_retries` misses in a row deny the EV. On a
+        multi-plane connection, first looks for a silent plane."""
+        if self._multiplane:
+            self._watch_planes(now)
         due = []
         for path in self.paths:
             if path.state in USABLE or path.probe_due > now:
@@ -199,6 +250,7 @@ class EvSet:
             return False
         self.probes_answered += 1
         self.acks += 1  # an answer proves the path both ways, as an acknowledgement does
+        self.plane_acks[path.plane] += 1
         path.acked_at = self.acks
         path.state, path.probe_out, path.rtt_s = EvState.GOOD, False, rtt_s
         self._active.append(path)
