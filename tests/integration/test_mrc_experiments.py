@@ -55,11 +55,11 @@ def flow(res: dict[str, Any], label: str, name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def failure(tmp_path_factory):
     """The failure comparison's first window: the far link spine1-leaf3 loses carrier
-    and leaf2-spine1 fails silently, 3 s into two capped 128 MiB transfers (RC pinned
-    over them). The silent-failure ratio lines are asserted below with RC's failure as
-    the alternative (MRC's side of the ratio is this machine's scheduling floor)."""
+    and leaf2-spine1 fails silently once each of two capped 128 MiB transfers (RC pinned
+    over them) has sent 16 MiB. The silent-failure ratio lines are asserted below with
+    RC's failure as the alternative (MRC's side of the ratio is this machine's floor)."""
     path = shortened(tmp_path_factory.mktemp("mrc-failure"), "mrc-vs-rc-failure",
-                     ["link", "link-silent"], actions=4, duration="25s")
+                     ["link", "link-silent"], actions=4, duration="40s")
     doc = yaml.safe_load(path.read_text())
     doc["expect"] = [e for e in doc["expect"] if "100 *" not in e]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -77,6 +77,9 @@ def test_failure_mrc_rides_out_both_while_rc_fails_silently_and_waits_for_routin
         f"resent {mrc[n]['retransmitted_packets']} retired {mrc[n]['mrc']['retirements']}"
         for n in ("link", "link-silent")))
     assert res["fabrics"]["mrc"]["summary"]["failed_flows"] == 0  # MRC: no request fails
+    for label in ("rc", "mrc"):  # each fault waited for its flow's first 16 MiB, in time
+        faults_ = [e for e in res["fabrics"][label]["events"] if e.get("action") == "fail"]
+        assert len(faults_) == 2 and not any(e.get("late") for e in faults_), faults_
     # each fault landed mid-data on both transports: each lost packets to it
     assert rc["link"]["retransmitted_packets"] > 0 and mrc["link"]["retransmitted_packets"] > 0
     assert mrc["link-silent"]["mrc"]["retirements"] > 0
