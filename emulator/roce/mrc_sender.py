@@ -319,7 +319,7 @@ class MrcSender:
 
     def _timeouts(self, now: float) -> None:
         for path in self.evs.take_presumed():  # a plane presumed lost (mrc_ev): its packets too
-            for st in [cast(_Pkt, q) for q in path.queue if q.path is path and not q.lost]:
+            for st in [cast(SentPacket, q) for q in path.queue if q.path is path and not q.lost]:
                 if self._unacked.get(st.psn) is st:
                     self._lose(st, now, retire=False)
             path.queue.clear()
