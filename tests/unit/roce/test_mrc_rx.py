@@ -167,3 +167,27 @@ def test_mrc_place_refuses_what_is_not_a_burst(w):
         w.mrc_place(bytearray(8), [], 0, 0x22, None, 1, None, 0, 8)
     with pytest.raises(TypeError):
         w.mrc_rx_sack(bytearray(8))
+
+
+def test_the_endpoint_hands_a_list_burst_in_runs_and_a_pure_stream_one_by_one(w):
+    """The endpoint's demux (its socket left out): a compiled burst (a list) reaches the
+    compiled receiver in runs, the pure path's stream (an iterator) the pure receiver one
+    packet at a time; both answer alike, and strangers are counted either way."""
+    from emulator.roce.mrc_endpoint import MrcCounters, MrcEndpoint, _Conn
+
+    py, c, (buf_py, buf_c), rkey = _pair(w, 800 * MTU)
+    rng = random.Random(9)
+    mr = py.memory.region(rkey)
+    packets = _mangle(rng, _messages(rng, mr.va, rkey, 0, 60), rkey)
+    packets.insert(5, packets[5]._replace(conn=0x77))  # no such connection
+    packets.insert(9, packets[9]._replace(src_ip=PEER + 1))  # not its peer
+    answers = []
+    for rx, feed in ((py, iter), (c, list)):
+        ep = object.__new__(MrcEndpoint)
+        ep.counters = MrcCounters()
+        ep.conns = {0x22: _Conn(rx, [], [], {PEER}, [])}
+        got = [a for k in range(0, len(packets), 64)
+               for a in ep._answer(feed(packets[k:k + 64]), 1.0).get(0x22, [])]
+        answers.append((got, ep.counters.unknown_conn))
+    assert answers[0] == answers[1] and answers[0][1] == 2
+    assert _state(c, buf_c) == _state(py, buf_py)
