@@ -4,8 +4,9 @@ On an unshaped clos-2x4 (lab `bench-mrc`; $ROCELAB_BENCH_PREFIX replaces `bench-
 prefill1 -> decode1 moves SIZE bytes `repeats` times each way, RC and MRC
 interleaved so both see the same machine; the medians are compared (target:
 MRC >= 0.9 of RC). Beside goodput, each transfer's CPU seconds in the two engines
-(prefill1's and decode1's processes, /proc/PID/stat): on a loaded 2-core machine the
-goodput ratio moves with the other load, what each transport costs per byte much less.
+(prefill1's and decode1's processes, /proc/PID/stat; `receiver_cpu_s`: decode1's alone):
+on a loaded 2-core machine the goodput ratio moves with the other load, what each
+transport costs per byte much less.
 Then one MRC transfer meets a silent leaf1-spine1 failure once an eighth of its bytes
 are out: its longest interruption, retirements and resent packets (the failure
 figures; RC's side of that comparison is the `faults` section and the experiments of docs/mrc.md).
@@ -56,14 +57,17 @@ def _one(plan: Plan, job: Job) -> dict[str, Any]:
 def clean_path(plan: Plan, repeats: int, log: Callable[[str], None]) -> dict[str, Any]:
     runs: dict[str, list[float]] = {"rc": [], "mrc": []}
     cpu: dict[str, list[float]] = {"rc": [], "mrc": []}
+    cpu_rx: dict[str, list[float]] = {"rc": [], "mrc": []}  # the receiving engine's share
     _one(plan, Job(Op.WRITE, size=1 << 20, transport="mrc"))  # both engines running
     engines = _engines(plan.lab, ("prefill1", "decode1"))
+    receiver = _engines(plan.lab, ("decode1",))
     for i in range(repeats):
         for transport in ("rc", "mrc"):
-            before = _cpu_s(engines)
+            before, rx_before = _cpu_s(engines), _cpu_s(receiver)
             res = _one(plan, Job(Op.WRITE, size=SIZE, transport=transport))
             runs[transport].append(res["goodput_gbps"])
             cpu[transport].append(round(_cpu_s(engines) - before, 2))
+            cpu_rx[transport].append(round(_cpu_s(receiver) - rx_before, 2))
             log(f"mrc bench {transport} run {i + 1}/{repeats}: {res['goodput_gbps']} Gbit/s, "
                 f"{cpu[transport][-1]} CPU s")
     rc, mrc = statistics.median(runs["rc"]), statistics.median(runs["mrc"])
@@ -72,6 +76,7 @@ def clean_path(plan: Plan, repeats: int, log: Callable[[str], None]) -> dict[str
             "ratio": round(mrc / rc, 3) if rc else None, "target_ratio": TARGET_RATIO,
             "meets_target": bool(rc) and mrc / rc >= TARGET_RATIO, "runs": runs,
             "cpu_s": cpu, "cpu_ratio": round(mrc_cpu / rc_cpu, 3) if rc_cpu else None,
+            "receiver_cpu_s": cpu_rx,
             "load_average_1m": os.getloadavg()[0]}
 
 

@@ -18,6 +18,8 @@
  *   mrc_build, mrc_parse, mrc_configure      MRC datagrams (_wire_mrc.h, mrc_wire.py)
  *   mrc_add, mrc_drop, mrc_recv              MRC packets and MrcRuns into a Sender's batch,
  *                                            a Receiver's recvmmsg(2) ring parsed (_wire_mrcio.h)
+ *   mrc_rx_state, mrc_rx_sack, mrc_place     an MRC receiver's bursts placed, its PSN bitmap
+ *                                            (_wire_mrcrx.h)
  *
  * The CRC-32 is the one icrc.py uses (zlib-ng's when installed), called through
  * vectorcall, so both paths share one implementation. No state machine here:
@@ -238,6 +240,7 @@ static int read_run(PyObject *run, RunFields *r, Py_buffer *payload)
 #include "_wire_recv.h"
 #include "_wire_mrc.h"
 #include "_wire_mrcio.h"
+#include "_wire_mrcrx.h"
 
 static PyObject *configure(PyObject *mod, PyObject *args)
 {
@@ -270,6 +273,11 @@ static PyMethodDef module_methods[] = {
     {"mrc_drop", mrc_drop, METH_O, "mrc_drop(sender): forget the queued datagrams"},
     {"mrc_recv", mrc_recv, METH_VARARGS,
      "mrc_recv(receiver, sock, limit) -> (MrcPackets, datagrams, malformed)"},
+    {"mrc_rx_state", mrc_rx_state, METH_NOARGS, "mrc_rx_state() -> an MRC receiver's state"},
+    {"mrc_rx_sack", mrc_rx_sack, METH_O, "mrc_rx_sack(state) -> (cack, bitmap, packets, ce)"},
+    {"mrc_place", mrc_place, METH_VARARGS,
+     "mrc_place(state, packets, start, conn, peers, rkey, region, mr_va, ack_every) -> "
+     "(next, events, counts, last)"},
     {NULL, NULL, 0, NULL},
 };
 

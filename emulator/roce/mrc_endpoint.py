@@ -153,15 +153,8 @@ class MrcEndpoint:
 
     def _receive(self, now: float) -> int:
         got = self.counters.rx_datagrams
-        counters, conns = self.counters, self.conns
-        answered: dict[int, list[MrcPacket | MrcRun]] = {}
-        for p in self._read():
-            c = conns.get(p.conn)
-            if c is None or p.src_ip not in c.peer_addrs:
-                counters.unknown_conn += 1
-                continue
-            out = answered.setdefault(p.conn, [])
-            out += c.half.receive(p, now) or ()
+        conns = self.conns
+        answered = self._answer(self._read(), now)
         # a receiver's SACK for what is still unacknowledged goes out once its stream
         # pauses (a turn brings it nothing): a message's tail never waits for an ACK
         # timeout, and a stream read in many small bursts is not SACKed once per burst
@@ -176,18 +169,58 @@ class MrcEndpoint:
             if c is not None and out:
                 self._send(c, out)
         self._unflushed = (self._unflushed | answered.keys()) - quiet
-        return counters.rx_datagrams - got
+        return self.counters.rx_datagrams - got
 
-    def _read(self) -> Iterator[MrcPacket]:
-        """The well-formed packets of a burst of at most RX_BURST datagrams (counted). On
-        the pure-Python path each is a view of one buffer: handle it before the next."""
+    def _answer(self, packets: list[MrcPacket] | Iterator[MrcPacket], now: float
+                ) -> dict[int, list[MrcPacket | MrcRun]]:
+        """Each packet to its connection's half; their answers, by connection. A burst
+        (a list: the compiled path) goes to a receiver a run of its packets at a time."""
+        answered: dict[int, list[MrcPacket | MrcRun]] = {}
+        if not isinstance(packets, list):  # views of one buffer: one at a time
+            for p in packets:
+                c = self._conn_of(p)
+                if c is not None:
+                    answered.setdefault(p.conn, []).extend(c.half.receive(p, now) or ())
+            return answered
+        i, n = 0, len(packets)
+        while i < n:
+            p = packets[i]
+            c = self._conn_of(p)
+            if c is None:
+                i += 1
+                continue
+            out = answered.setdefault(p.conn, [])
+            burst = getattr(c.half, "receive_burst", None)
+            if burst is None:
+                out += c.half.receive(p, now) or ()
+                i += 1
+            else:
+                i, more = burst(packets, i, c.peer_addrs, now)
+                out += more
+        return answered
+
+    def _conn_of(self, p: MrcPacket) -> _Conn | None:
+        """p's connection, if p comes from its peer (else counted, None)."""
+        c = self.conns.get(p.conn)
+        if c is None or p.src_ip not in c.peer_addrs:
+            self.counters.unknown_conn += 1
+            return None
+        return c
+
+    def _read(self) -> list[MrcPacket] | Iterator[MrcPacket]:
+        """The well-formed packets of a burst of at most RX_BURST datagrams (counted): a
+        list on the compiled path; on the pure-Python path an iterator of views of one
+        buffer each: handle one before the next."""
         counters = self.counters
         if self._w is not None:
             packets, got, malformed = self._w.mrc_recv(self._rxr, self.sock, RX_BURST)
             counters.rx_datagrams += got
             counters.malformed += malformed
-            yield from packets
-            return
+            return packets
+        return self._read_python()
+
+    def _read_python(self) -> Iterator[MrcPacket]:
+        counters = self.counters
         recv_into, rx, parse = self.sock.recv_into, self._rx, self._parse
         view = memoryview(rx)
         for _ in range(RX_BURST):
