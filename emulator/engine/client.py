@@ -73,7 +73,7 @@ def ensure_engines(plan: Plan, hosts: list[Node]) -> None:
 
 
 def transfer(plan: Plan, src: Node, dst: Node, job: Job,
-             progress: Progress | None = None) -> TransferResult:
+             progress: Progress | None = None, resolve: bool = True) -> TransferResult:
     """Move job's bytes from src (prefill) to dst (decode); returns the result dict.
 
     WRITE: src's engine pushes. READ: dst's engine pulls (NIXL style). Both engines
@@ -90,12 +90,21 @@ def transfer(plan: Plan, src: Node, dst: Node, job: Job,
 
     msg = call(plan, initiator, {"cmd": "transfer", "job": job.to_json(),
                                  "peer_ip": peer.address}, on_event)
-    for i, qp in enumerate(msg["qps"]):  # QP i on rail i: NIC i mod NICs at each end
+    res = TransferResult(**msg, src=src.name, dst=dst.name)  # type: ignore[typeddict-item]  # JSON reply
+    if resolve:
+        resolve_spines(plan, src, dst, res)
+    return res
+
+
+def resolve_spines(plan: Plan, src: Node, dst: Node, res: TransferResult) -> None:
+    """Fill in the spine each QP (and each MRC path) of a finished transfer took: the
+    kernel's choice now (`transfer(resolve=False)` leaves it to the caller, who may do
+    it while the next transfer runs: a handoff need not wait for `ip route get`)."""
+    for i, qp in enumerate(res["qps"]):  # QP i on rail i: NIC i mod NICs at each end
         rail = i % len(src.addresses) if len(src.addresses) > 1 else None
         qp["rail"] = rail
         qp["spine"] = forwarding.egress_port(plan, src, dst, qp["udp_sport"], rail=rail)
-    _resolve_paths(plan, src, dst, (msg.get("mrc") or {}).get("paths", []))
-    return TransferResult(**msg, src=src.name, dst=dst.name)  # type: ignore[typeddict-item]  # JSON reply
+    _resolve_paths(plan, src, dst, (res.get("mrc") or {}).get("paths", []))
 
 
 def _resolve_paths(plan: Plan, src: Node, dst: Node, paths: list[dict[str, Any]]) -> None:
@@ -139,6 +148,17 @@ def _request(plan: Plan, host: Node, msg: dict[str, Any]) -> dict[str, Any]:
     if reply.get("event") == "error":
         raise EngineError(f"{host.name}: {reply['error']}")
     return reply
+
+
+def prepare(plan: Plan, host: Node, job: Job) -> bool:
+    """Have `host`'s engine make (and keep) the source region of `job` before its
+    transfers are timed, so no handoff includes generating its test data (job.py's
+    source cache); False: the region is too large to keep, or the engine predates
+    `prepare` (a lab left running across an upgrade): each transfer makes it then."""
+    try:
+        return bool(_request(plan, host, {"cmd": "prepare", "job": job.to_json()}).get("cached"))
+    except EngineError:  # an optimisation only: the transfer itself reports real errors
+        return False
 
 
 def stats(plan: Plan, host: Node) -> dict[str, Any]:

@@ -5,7 +5,8 @@
 Control, as perftest does it: the side that initiates a transfer connects
 over TCP to the peer engine's port 18515 and exchanges QPNs, PSNs, rkey and
 VA; the data then moves as RoCEv2 on UDP 4791. The CLI talks to each engine
-over a unix socket in the lab's run dir (`transfer`, `stats`, `ping`).
+over a unix socket in the lab's run dir (`transfer`, `stats`, `ping`, `prepare`: make a
+coming transfer's test data ahead of it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from . import mrc
 from .config import EngineConfig
 from .datathread import DataPlane, FlowKey, Watch, reductions
 from .descriptors import QPS_PER_NIC, SQ_DEPTH, Feeder, qp_of
-from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, source_bytes
+from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, prepare_source, source_bytes, source_digest
 from .jsonlines import Channel
 from .paced import PacedQueuePair
 from .perftest import PerftestJobs, is_engine_peer
@@ -227,6 +228,8 @@ class Engine:
         elif cmd == "transfer":
             ch.send({"event": "result", **self.initiate(Job.from_json(msg["job"]),
                                                         msg["peer_ip"], ch)})
+        elif cmd == "prepare":  # a coming transfer's test data, made before it is timed
+            ch.send({"event": "prepared", "cached": prepare_source(Job.from_json(msg["job"]))})
         else:
             raise EngineError(f"unknown command {cmd!r}")
 
@@ -332,7 +335,7 @@ class Engine:
                 fin = peer.recv()
         finally:  # a failed transfer must not leave QPs or memory behind
             self.dp.call(lambda: self._release(qpns, mr, feed))
-        mine = digest(buf, segments, "src" if holds_source else "dst")
+        mine = source_digest(job, buf, segments) if holds_source else digest(buf, segments, "dst")
         timing = Timing(t_setup, t0, t1)
         self.dp.call(lambda: self._finished(flow, timing.data_s, timing.handoff_s))
         return self._result(job, qps, counters, fin, mine, watch, timing)
@@ -440,8 +443,9 @@ class Engine:
             counters = self.dp.call(lambda: self.dp.remove([q.qpn for q in qps]))
             self.dp.call(lambda: self.dp.memory.deregister(mr))
         if fin.get("cmd") == "finish":
-            side = "src" if holds_source else "dst"
-            ch.send({"event": "finished", "digest": digest(buf, job.segments(), side),
+            segments = job.segments()
+            mine = source_digest(job, buf, segments) if holds_source else digest(buf, segments, "dst")
+            ch.send({"event": "finished", "digest": mine,
                      "counters": {str(k): v for k, v in counters.items()}})
 
 

@@ -22,7 +22,7 @@ from ..roce.mrc_sender import MrcSender, SenderConfig
 from ..roce.nscc import Nscc, NsccParams
 from .config import EngineConfig
 from .datathread import DataPlane, Watch
-from .job import Job, digest, flow_of, source_bytes
+from .job import Job, digest, flow_of, source_bytes, source_digest
 from .jsonlines import Channel
 
 PROGRESS_EVERY_S = 0.25
@@ -101,7 +101,8 @@ def initiate(engine: Any, job: Job, peer_ip: str, cli: Channel,
         fin = ch.recv()
     dp.call(lambda: engine._finished(flow, t1 - t0, t1 - t_setup))
     mine |= {"timeouts": half.counters.timeouts, "packets_sent": half.counters.packets_sent}
-    return result(job, watch, mine, fin, digest(buf, segments, "src"), (t_setup, t0, t1))
+    return result(job, watch, mine, fin, source_digest(job, buf, segments),
+                  (t_setup, t0, t1))
 
 
 def _wait(job: Job, half: MrcSender, watch: Watch, cli: Channel, t0: float) -> None:

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +24,7 @@ from ..engine import client
 from ..engine.job import Job, Op
 from ..errors import ConvergeTimeout, RocelabError, SpecError
 from ..metrics.snapshot import Snapshots, results_block
-from ..plan import Kind, Plan
+from ..plan import Kind, Node, Plan
 from ..plan.congestion import ROCE_TC
 from ..spec import LAB_NAME, LAB_RULE, MAX_LAB_NAME, located, read_yaml
 from ..units import Dilation, parse_duration, parse_size, parse_speed
@@ -96,6 +97,7 @@ class FlowRun(threading.Thread):
         self.data_phases: list[tuple[float, float]] = []  # per transfer: data start .. end, wall
         self.error: str | None = None
         self.started = self.ended = 0.0
+        self._spines: list[Future[None]] = []  # each transfer's spines, resolved beside the next
         self._base = 0  # bytes of the transfers already done (the series is cumulative)
 
     def pin(self) -> None:
@@ -117,11 +119,13 @@ class FlowRun(threading.Thread):
         self.series.append((round(self.started - self.t0, 4), 0))
         src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
         began = self.started
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spines-{self.flow.name}")
         try:
             for _ in range(self.flow.repeat):
                 began = time.monotonic()
-                res = client.transfer(self.plan, src, dst, self.job, self._tick)
+                res = client.transfer(self.plan, src, dst, self.job, self._tick, resolve=False)
                 end = time.monotonic()
+                self._spines.append(pool.submit(client.resolve_spines, self.plan, src, dst, res))
                 self.results.append(cast(dict[str, Any], res))  # kept as the JSON it is
                 self.handoffs.append((began - self.t0, end - began))
                 self._base += self.job.payload_bytes
@@ -133,6 +137,17 @@ class FlowRun(threading.Thread):
             self.data_phases.append((round(began - self.t0, 4),
                                      round(time.monotonic() - self.t0, 4)))
         self.ended = time.monotonic()
+        pool.shutdown()
+        self._resolved()
+
+    def _resolved(self) -> None:
+        """Wait for the transfers' spines; one that could not be resolved fails the flow
+        as it did when it was resolved inside the transfer."""
+        for fut in self._spines:
+            try:
+                fut.result()
+            except RocelabError as e:
+                self.error = self.error or str(e)
 
     @property
     def result(self) -> dict[str, Any] | None:
@@ -347,12 +362,23 @@ def _fault_target(plan: Plan, args: dict[str, Any], field: str) -> None:
         raise
 
 
+def _engines(plan: Plan, exp: Experiment, hosts: list[Node]) -> None:
+    """Start the hosts' engines; every flow's source engine then makes the flow's test
+    data before the run is timed (in parallel), so no handoff includes generating it
+    (client.prepare)."""
+    client.ensure_engines(plan, hosts)
+    jobs = [(plan.node(f.src), _job(f, parse_duration(exp.duration), plan.dilation))
+            for f in exp.flows]
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        list(pool.map(lambda hj: client.prepare(plan, *hj), jobs))
+
+
 def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence[Measure] = (),
              label: str = "") -> analysis.Results:
     hosts = sorted({plan.node(h) for f in exp.flows for h in (f.src, f.dst)}
                    | {plan.node(a.dcqcn["host"]) for a in exp.actions if a.dcqcn is not None},
                    key=lambda n: n.name)
-    client.ensure_engines(plan, hosts)
+    _engines(plan, exp, hosts)
     snaps = Snapshots(plan)  # diagnose's evidence: the collectors' counters around the run
     scrape0 = snaps.take()
     counters = PortCounters(plan, parse_duration(exp.sample_every))  # every port read: not timed

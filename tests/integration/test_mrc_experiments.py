@@ -68,8 +68,10 @@ def collisions(tmp_path_factory):
     doc = yaml.safe_load(path.read_text())
     for f in doc["flows"]:
         f.update(size="8MiB", repeat=3)
-    # the 90 %-of-bisection target is not met yet (measured 0.68-0.70, RC
-    # 0.27-0.34): the test asserts the margin that holds, the shipped file the target
+    # the 90 %-of-bisection target is not met (measured 0.76 at load 9 since the
+    # test data is made before the clock starts, 0.68-0.70 before at load 2-3; RC 0.25-0.34;
+    # docs/mrc.md "Collisions" says where the rest goes): the test asserts the margin that
+    # holds, the shipped file the target
     doc["expect"] = [e for e in doc["expect"] if "goodput_vs_bisection >= 0.9" not in e]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return run(path, f"{PREFIX}mc")
@@ -80,8 +82,11 @@ def test_collisions_mrc_spreads_evenly_and_its_handoffs_are_faster(collisions):
     rc, mrc = res["fabrics"]["rc"]["summary"], res["fabrics"]["mrc"]["summary"]
     assert compare.verdict(res)[0] == 0, compare.verdict(res)
     assert mrc["path_spread"] <= 0.05 and mrc["path_jain"] >= 0.99  # RC's depends on its hash
-    assert mrc["goodput_vs_bisection"] >= 1.5 * rc["goodput_vs_bisection"]  # measured 2.2-2.6x
-    assert rc["handoff_p99_s"] >= 2 * mrc["handoff_p99_s"]  # measured 3.1-3.2x
+    assert mrc["goodput_vs_bisection"] >= 1.5 * rc["goodput_vs_bisection"]  # measured 2.2-3.0x
+    assert rc["handoff_p99_s"] >= 2 * mrc["handoff_p99_s"]  # measured 3.0-3.2x
+    # shaped: the 100 Mbit/s links set the rate, the machine's load only the fixed costs
+    # around each handoff (measured 0.76 at load 9, the test data made before the clock)
+    assert mrc["goodput_vs_bisection"] >= 0.6
     # no fault: reordering across EVs retires nothing and resends (almost) nothing (trims
     # may resend a few); E measured 48 of 64 EVs retired and 840 MiB resent for 72 MiB
     assert all(f["mrc"]["retirements"] == 0 for f in res["fabrics"]["mrc"]["flows"])
