@@ -51,6 +51,7 @@ PROGRESS_EVERY_S = 0.25
 # as rxe has them; the exchange carries IRD, ORD = min(own, peer's IRD).
 ORD = IRD = MAX_RD_ATOMIC
 CONNECT_TIMEOUT_S = 10.0
+PEER_REPLY_S = 60.0  # a peer's reply may wait out a repair: BGP's 9 s hold + TCP's backoff
 
 
 ACK_TIMEOUT_BACKOFF = 16  # a flow's ack_timeout doubles per retry up to this many times it
@@ -461,10 +462,12 @@ def bind_private(sock: socket.socket, path: Path) -> None:
 
 def _connect_peer(ip: str) -> socket.socket:
     try:
-        return socket.create_connection((ip, CONTROL_PORT), timeout=CONNECT_TIMEOUT_S)
+        sock = socket.create_connection((ip, CONTROL_PORT), timeout=CONNECT_TIMEOUT_S)
     except OSError as e:
         raise EngineError(f"cannot reach the engine at {ip}:{CONTROL_PORT} "
                           f"({e.strerror or e}); is the path up?") from None
+    sock.settimeout(PEER_REPLY_S)
+    return sock
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import fcntl
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import bridge, faults, forwarding, frames, watchdog  # faults.apply: as `rocelab fail`
@@ -30,7 +30,7 @@ from ..plan import Kind, Node, Plan
 from ..procs import kill_pids
 from ..spec import FabricMode
 from ..tools import vtysh
-from ..units import parse_duration
+from ..units import parse_duration, parse_size
 from .spec import Action
 
 
@@ -155,11 +155,15 @@ def release(plan: Plan, knobs: set[tuple[str, str]]) -> None:
             doc["active"] = [a for a in doc["active"] if (a["kind"], a["target"]) not in knobs]
 
 
+SENT_POLL_S = 0.02  # how often an action waiting on a flow's bytes (`once_sent`) looks
+
+
 class Timeline(threading.Thread):
     def __init__(self, plan: Plan, actions: list[Action], t0: float,
-                 deadline: float | None = None):
+                 deadline: float | None = None, sent: Callable[[str], int] | None = None):
         super().__init__(name="timeline", daemon=True)
         self.plan, self.t0 = plan, t0
+        self.sent = sent  # a flow's bytes on the wire so far, by name (`once_sent`)
         self.deadline = deadline  # the experiment's end (monotonic): the storm's hard stop
         self.actions = sorted(actions, key=lambda a: parse_duration(a.at))
         self.events: list[dict[str, Any]] = []
@@ -198,6 +202,9 @@ class Timeline(threading.Thread):
             wait = self.t0 + parse_duration(action.at) - time.monotonic()
             if self._halt.wait(max(0.0, wait)):
                 return
+            late = self._await_sent(action)
+            if self._halt.is_set():
+                return
             try:
                 done = self._apply(action)
             except (RocelabError, OSError, KeyError) as e:
@@ -205,7 +212,22 @@ class Timeline(threading.Thread):
             else:
                 with contextlib.suppress(OSError, KeyError, TypeError):  # telemetry: never fatal
                     record(self.plan, action.kind, action.args)
-            self.events.append({"t_s": round(time.monotonic() - self.t0, 4), **done})
+            self.events.append({"t_s": round(time.monotonic() - self.t0, 4), **done,
+                                **({"late": True} if late else {})})
+
+    def _await_sent(self, action: Action) -> bool:
+        """Hold `action` until its `once_sent` flow has sent that much; True if the
+        experiment's deadline came first (it then runs anyway, late)."""
+        need = action.once_sent
+        if need is None or self.sent is None:
+            return False
+        target, end = parse_size(need.bytes), self.deadline or time.monotonic() + 60.0
+        while self.sent(need.flow) < target:
+            if time.monotonic() >= end:
+                return True
+            if self._halt.wait(SENT_POLL_S):
+                return False
+        return False
 
     def finish(self, deadline: float) -> None:
         """Let the remaining actions run (a heal must not be skipped), up to `deadline`."""

@@ -176,6 +176,10 @@ class FlowRun(threading.Thread):
             delivered=[(round(self.started - t0, 4), 0)] + self.delivered,
             data_phases=list(self.data_phases))
 
+    def sent(self) -> int:
+        """Bytes on the wire so far (progress every 0.1 s; a finished transfer whole)."""
+        return int(max(self._base, self.series[-1][1] if self.series else 0))
+
     def _tick(self, done: int, _total: int, sent: int | None = None) -> None:
         t = round(time.monotonic() - self.t0, 4)
         self.series.append((t, self._base + (sent if sent is not None else done)))
@@ -389,7 +393,8 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
     flows = [FlowRun(plan, f, t0, deadline) for f in exp.flows]
     for f in flows:
         f.pin()
-    timeline = actions.Timeline(plan, exp.actions, t0, deadline)
+    timeline = actions.Timeline(plan, exp.actions, t0, deadline,
+                                sent=lambda name: next(f for f in flows if f.flow.name == name).sent())
     with contextlib.ExitStack() as stack:
         stack.callback(snaps.close)
         stack.callback(counters.stop)  # idempotent: the sockets are closed on any error too

@@ -209,6 +209,18 @@ class Vtysh(Strict):
 ACTION_KINDS = ("ecn", "drain", "dcqcn", "fault", "stp", "broadcast", "churn", "vtysh")
 
 
+class OnceSent(Strict):
+    flow: str = Field(description="A flow of the experiment.")
+    bytes: str = Field(description="Bytes it has put on the wire in this run (resends count): "
+                       "16MiB, 500MB, 4096.")
+
+    @field_validator("bytes")
+    @classmethod
+    def _bytes(cls, v: str) -> str:
+        parse_size(str(v))
+        return v
+
+
 class Action(Strict):
     at: Duration
     ecn: dict[str, Any] | None = Field(None, description="{node: leaf3, enabled: false}")
@@ -224,6 +236,10 @@ class Action(Strict):
                                 "bystander keeping MAC tables full")
     vtysh: Vtysh | None = Field(None, description="{node: spine1, commands: [configure terminal, "
                                 "router bgp 65000, bgp graceful-shutdown]}: the router's own FRR")
+    once_sent: OnceSent | None = Field(
+        None, description="{flow: kv1, bytes: 16MiB}: not before `at`, and not before that flow "
+        "has sent this much, so the action lands mid-transfer however long set-up takes (at "
+        "the experiment's end at the latest, recorded as `late`)")
 
     @field_validator("ecn", "drain", "dcqcn")
     @classmethod
@@ -334,6 +350,16 @@ class Experiment(Strict):
             raise ValueError("give topology (one fabric) or fabrics (several, compared), not both")
         if v is None and fabrics is None and "fabrics" in info.data:
             raise ValueError("is required (or fabrics: {LABEL: TOPOLOGY-FILE, ...} to compare)")
+        return v
+
+    @field_validator("actions")
+    @classmethod
+    def _once_sent_flows(cls, v: list[Action], info: ValidationInfo) -> list[Action]:
+        names = [f.name for f in info.data.get("flows", [])]
+        for a in v:
+            if a.once_sent is not None and a.once_sent.flow not in names:
+                raise ValueError(f"once_sent: no flow {a.once_sent.flow!r}; flows: "
+                                 f"{', '.join(names)}")
         return v
 
     @field_validator("phases")

@@ -6,6 +6,20 @@ ASSUMED_BAD once a loss on it retires it, DENIED when it also misses
 `probe_retries` probes in a row. Retired EVs are probed every `probe_interval`
 (DENIED ones `deny_factor` times less often) and return to GOOD on the first
 answer. The floor `min_active` keeps a connection from retiring every path.
+
+Two policies use what the acknowledgements prove. A resend goes on an EV
+acknowledged lately (a path that works both ways now), not merely the next in
+turn: behind a silent failure the floor can keep a dead EV in use, and a packet
+resent onto it again would wait another ACK timeout (and its timeouts double
+after 7). And on a connection with several planes, a plane is presumed lost when
+nothing sent on it is acknowledged for `PLANE_SILENCE` of the probe interval (the
+ACK timeout) while the other planes were acknowledged again and again (a SACK
+covers every plane's packets: a silent plane is one whose packets stop arriving),
+or once `PLANE_EVIDENCE` of its EVs were retired with nothing acknowledged on it
+since. Its usable EVs then retire at once, are probed at once (one that answers is
+back within a round trip), and the sender resends what they hold (`presumed`).
+Otherwise a lost plane keeps taking its share of every window until its packets'
+ACK timeouts, and the connection stalls on it for one.
 """
 
 from __future__ import annotations
@@ -27,6 +41,10 @@ class EvState(str, Enum):
 
 
 USABLE = (EvState.GOOD, EvState.UNKNOWN)
+PLANE_EVIDENCE = 2  # EVs of one plane retired, none of it acknowledged since: plane lost
+PLANE_SILENCE = 0.25  # of the probe interval: a plane unacknowledged this long, others not
+PLANE_MOVES = 4  # ... while the others' acknowledgements moved at this many polls since
+RECENT_ROUNDS = 4  # "acknowledged lately": within this many rounds of the active EVs
 
 
 @dataclass
@@ -45,6 +63,8 @@ class Path:
     rtt_s: float | None = None
     seq_sent: int = 0  # packets sent on this EV so far (its sending order)
     seq_acked: int = -1  # the latest sending-order place acknowledged
+    acked_at: int = -1  # the set's acknowledgement count at this EV's latest one
+    retired_at: int = -1  # ... at its latest retirement
     queue: deque[Any] = field(default_factory=deque, repr=False)  # its packets, in order
 
     __hash__ = object.__hash__
@@ -75,6 +95,18 @@ class EvSet:
         self.probe_interval_s, self.probe_retries = probe_interval_s, probe_retries
         self.deny_factor = deny_factor
         self.retirements = self.probes_sent = self.probes_answered = 0
+        self.acks = 0  # acknowledgements so far (EVs' `acked_at`, `retired_at` count them)
+        self.planes_lost = 0  # times the plane rule retired a plane's remaining EVs
+        planes = 1 + max(p.plane for p in self.paths)
+        self._multiplane = planes > 1
+        self.plane_acks = [0] * planes  # acknowledgements per plane
+        # per plane: its acks, when they last moved, and `_moves` (polls at which some
+        # plane's acks moved) then
+        self._plane_moved: list[tuple[int, float, int]] = []
+        self._moves = 0
+        self._judged: set[int] = set()  # planes presumed lost since their acks last moved
+        self.presumed: list[Path] = []  # EVs a plane rule retired: the sender resends their
+        # outstanding packets at once (`take_presumed`) instead of at their ACK timeouts
         self._active = list(self.paths)
         self._cursor = 0
 
@@ -83,29 +115,97 @@ class EvSet:
         return len(self._active)
 
     def next(self, avoid: Path | None = None) -> Path:
-        """The next usable EV in turn (not `avoid` if another is usable)."""
+        """The next usable EV in turn. For a resend (`avoid`: the EV it was lost on), the
+        next one acknowledged lately other than `avoid`, if there is one."""
         active = self._active
-        self._cursor = (self._cursor + 1) % len(active)
+        n = len(active)
+        self._cursor = (self._cursor + 1) % n
         path = active[self._cursor]
-        if path is avoid and len(active) > 1:
-            self._cursor = (self._cursor + 1) % len(active)
+        if avoid is None or n == 1:
+            return path
+        lately = max(self.acks - RECENT_ROUNDS * n, -1)  # never acknowledged: not lately
+        for i in range(n):
+            cand = active[(self._cursor + i) % n]
+            if cand is not avoid and cand.acked_at > lately:
+                self._cursor = (self._cursor + i) % n
+                return cand
+        if path is avoid:
+            self._cursor = (self._cursor + 1) % n
             path = active[self._cursor]
         return path
 
     def acked(self, path: Path) -> None:
+        self.acks += 1
+        self.plane_acks[path.plane] += 1
+        path.acked_at = self.acks
         if path.state is EvState.UNKNOWN:
             path.state = EvState.GOOD
 
     def retire(self, path: Path, now: float) -> bool:
-        """A loss on `path`: ASSUMED_BAD at once, unless the floor forbids (False)."""
+        """A loss on `path`: ASSUMED_BAD at once, unless the floor forbids (False); on a
+        multi-plane connection, its plane's other EVs too if the plane looks lost."""
+        if not self._retire(path, now):
+            return False
+        if self._multiplane and self._plane_lost(path.plane):
+            self._lose_plane(path.plane, now)
+        return True
+
+    def _lose_plane(self, plane: int, now: float) -> None:
+        """Presume `plane` lost: its usable EVs retire (the floor kept), probed at once."""
+        self.planes_lost += 1
+        for other in [p for p in self._active if p.plane == plane]:
+            if self._retire(other, now):
+                other.probe_due = now
+                self.presumed.append(other)
+
+    def take_presumed(self) -> list[Path]:
+        """The EVs presumed lost with their plane since the last call."""
+        out, self.presumed = self.presumed, []
+        return out
+
+    def _watch_planes(self, now: float) -> None:
+        """(every poll) A plane whose acknowledgements have not moved for PLANE_SILENCE
+        of the probe interval, while the other planes' moved at PLANE_MOVES polls since
+        (the peer alive: not the whole connection stalled), is presumed lost."""
+        seen = self._plane_moved
+        if not seen:
+            seen.extend((n, now, 0) for n in self.plane_acks)
+            return
+        for plane, n in enumerate(self.plane_acks):
+            if n != seen[plane][0]:
+                self._moves += 1
+                seen[plane] = (n, now, self._moves)
+                self._judged.discard(plane)
+        silence = PLANE_SILENCE * self.probe_interval_s
+        for plane, (_, since, moves) in enumerate(seen):
+            if (plane in self._judged or now - since < silence
+                    or self._moves - moves < PLANE_MOVES):
+                continue
+            self._judged.add(plane)  # once per silence
+            if any(p.plane == plane for p in self._active):
+                self._lose_plane(plane, now)
+
+    def _retire(self, path: Path, now: float) -> bool:
         if path.state not in USABLE or len(self._active) <= self.min_active:
             return False
         path.state = EvState.ASSUMED_BAD
         path.retirements += 1
         self.retirements += 1
+        path.retired_at = self.acks
         path.probe_due, path.probe_out, path.probes_missed = now + self.probe_interval_s, False, 0
         self._active.remove(path)
         return True
+
+    def _plane_lost(self, plane: int) -> bool:
+        """`PLANE_EVIDENCE` EVs of `plane` retired after its latest acknowledgement, and
+        another plane acknowledged since (so the peer is alive: not a stall of the whole
+        connection)."""
+        last = max(p.acked_at for p in self.paths if p.plane == plane)
+        if max(p.acked_at for p in self.paths if p.plane != plane) <= last:
+            return False
+        dead = sum(1 for p in self.paths if p.plane == plane and p.state not in USABLE
+                   and p.retired_at > last)
+        return dead >= PLANE_EVIDENCE
 
     def plane_down(self, plane: int) -> bool:
         """Every EV of `plane` retired (a plane lost, or this connection never got through)."""
@@ -117,14 +217,17 @@ class EvSet:
         connection to a peer whose plane an earlier one lost. How many it retired."""
         n = 0
         for path in [p for p in self._active if p.plane == plane]:
-            if self.retire(path, now):
+            if self._retire(path, now):
                 path.probe_due = now
                 n += 1
         return n
 
     def probes_due(self, now: float) -> list[Path]:
         """The retired EVs to probe now (each counted as sent); a probe still unanswered
-        counts as missed, and `probe_retries` misses in a row deny the EV."""
+        counts as missed, and `probe_retries` misses in a row deny the EV. On a
+        multi-plane connection, first looks for a silent plane."""
+        if self._multiplane:
+            self._watch_planes(now)
         due = []
         for path in self.paths:
             if path.state in USABLE or path.probe_due > now:
@@ -146,6 +249,9 @@ class EvSet:
         if path is None or path.state in USABLE:
             return False
         self.probes_answered += 1
+        self.acks += 1  # an answer proves the path both ways, as an acknowledgement does
+        self.plane_acks[path.plane] += 1
+        path.acked_at = self.acks
         path.state, path.probe_out, path.rtt_s = EvState.GOOD, False, rtt_s
         self._active.append(path)
         return True

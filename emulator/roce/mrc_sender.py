@@ -318,6 +318,11 @@ class MrcSender:
                 self._resend.appendleft(st)
 
     def _timeouts(self, now: float) -> None:
+        for path in self.evs.take_presumed():  # a plane presumed lost (mrc_ev): its packets too
+            for st in [cast(_Pkt, q) for q in path.queue if q.path is path and not q.lost]:
+                if self._unacked.get(st.psn) is st:
+                    self._lose(st, now, retire=False)
+            path.queue.clear()
         expired = []
         for st in self._unacked.values():
             if st.lost:

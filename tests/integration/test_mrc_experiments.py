@@ -52,12 +52,44 @@ def flow(res: dict[str, Any], label: str, name: str) -> dict[str, Any]:
     return next(f for f in res["fabrics"][label]["flows"] if f["name"] == name)
 
 
-# The failure comparison (experiments/mrc-vs-rc-failure.yaml) is not run here: whether
-# RC's window crosses the silently failed link before it finishes, and how long MRC's
-# gap is, varied between runs on an idle machine (docs/mrc.md "Failure"), and a test
-# whose verdict depends on that is a flaky one. The silent-failure direction is tested
-# on a transfer that is certainly in flight (test_mrc.py::test_silent_link_failure_*);
-# the file's expect lines are tested to fail on violating results (test_mrc_compare.py).
+@pytest.fixture(scope="module")
+def failure(tmp_path_factory):
+    """The failure comparison's first window: the far link spine1-leaf3 loses carrier
+    and leaf2-spine1 fails silently once each of two capped 128 MiB transfers (RC pinned
+    over them) has sent 16 MiB. The silent-failure ratio lines are asserted below with
+    RC's failure as the alternative (MRC's side of the ratio is this machine's floor)."""
+    path = shortened(tmp_path_factory.mktemp("mrc-failure"), "mrc-vs-rc-failure",
+                     ["link", "link-silent"], actions=4, duration="40s")
+    doc = yaml.safe_load(path.read_text())
+    doc["expect"] = [e for e in doc["expect"] if "100 *" not in e]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return run(path, f"{PREFIX}mf")
+
+
+def test_failure_mrc_rides_out_both_while_rc_fails_silently_and_waits_for_routing(failure):
+    res = failure
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)
+    rc = {f["name"]: f for f in res["fabrics"]["rc"]["flows"]}
+    mrc = {f["name"]: f for f in res["fabrics"]["mrc"]["flows"]}
+    print("failure: " + "; ".join(
+        f"{n}: RC {'failed' if rc[n]['failed'] else 'ok'} {rc[n]['longest_interruption_s']} s "
+        f"resent {rc[n]['retransmitted_packets']}, MRC {mrc[n]['longest_interruption_s']} s "
+        f"resent {mrc[n]['retransmitted_packets']} retired {mrc[n]['mrc']['retirements']}"
+        for n in ("link", "link-silent")))
+    assert res["fabrics"]["mrc"]["summary"]["failed_flows"] == 0  # MRC: no request fails
+    for label in ("rc", "mrc"):  # each fault waited for its flow's first 16 MiB, in time
+        faults_ = [e for e in res["fabrics"][label]["events"] if e.get("action") == "fail"]
+        assert len(faults_) == 2 and not any(e.get("late") for e in faults_), faults_
+    # each fault landed mid-data on both transports: each lost packets to it
+    assert rc["link"]["retransmitted_packets"] > 0 and mrc["link"]["retransmitted_packets"] > 0
+    assert mrc["link-silent"]["mrc"]["retirements"] > 0
+    # silent: RC's retries run out before BGP's hold timer (or its gap is 100x MRC's)
+    silent_rc, silent_mrc = rc["link-silent"], mrc["link-silent"]
+    assert silent_rc["failed"] or (silent_rc["longest_interruption_s"]
+                                   >= 100 * silent_mrc["longest_interruption_s"])
+    # carrier loss on the far link: RC waits out the blackhole until BGP moves leaf1 off
+    # spine1, MRC's EVs through spine2 keep placing (measured 4.4-15x; the file says 2x)
+    assert rc["link"]["longest_interruption_s"] >= 2 * mrc["link"]["longest_interruption_s"]
 
 
 @pytest.fixture(scope="module")
@@ -125,28 +157,27 @@ def test_incast_mrc_trims_instead_of_pausing_and_spares_the_victim(incast):
 def plane_loss(tmp_path_factory):
     """Plane 1 of 2 fails between two identical MRC transfers (MRC only: RC's QP on the
     lost plane takes its whole retry budget to fail)."""
-    path = shortened(tmp_path_factory.mktemp("mrc-planes"), "mrc-plane-loss",
-                     fabrics=("mrc",), duration="40s")
-    # `after` is one fresh 8 MiB transfer: its first window on the lost plane waits one
-    # ACK timeout (1 s wall, RC's floor) before those EVs retire, so its slowdown
-    # measured 2.44-2.60 against the shipped file's <= 2.5 (kept there): asserted below
-    # with that one timeout's margin
-    doc = yaml.safe_load(path.read_text())
-    doc["expect"] = [e for e in doc["expect"] if "slowdown <= 2.5" not in e]
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return run(path, f"{PREFIX}mp")
+    return run(shortened(tmp_path_factory.mktemp("mrc-planes"), "mrc-plane-loss",
+                         fabrics=("mrc",), duration="40s"), f"{PREFIX}mp")
 
 
 def test_plane_loss_leaves_mrc_about_half_its_rate_and_fails_nothing(plane_loss):
     res = plane_loss
-    assert compare.verdict(res)[0] == 0, compare.verdict(res)
+    assert compare.verdict(res)[0] == 0, compare.verdict(res)  # slowdown 1.6..2.5 among them
     mrc = res["fabrics"]["mrc"]
     assert mrc["summary"]["failed_flows"] == 0 and mrc["integrity_ok"]
     after = flow(res, "mrc", "after")
     before = flow(res, "mrc", "before")
-    # about (N-1)/N of the two-plane rate (N = 2), plus at most one ACK timeout (~1 s)
-    assert 1.6 <= after["slowdown"] <= (2 * before["fct_s"] + 1.2) / before["fct_s"]
-    assert after["longest_interruption_s"] <= 1.5  # one ACK timeout, not 4 s (t = 10)
+    during = flow(res, "mrc", "during")
+    print(f"plane loss: before {before['fct_s']} s; during gap {during['longest_interruption_s']} s; "
+          f"after {after['fct_s']} s, slowdown {after['slowdown']}, gap "
+          f"{after['longest_interruption_s']} s, resent {after['retransmitted_bytes']} B")
+    assert 1.6 <= after["slowdown"] <= 2.5  # about (N-1)/N of the two-plane rate (N = 2)
+    # the lost plane is left once it has been silent for a quarter of the ACK timeout
+    # (1.05 s wall here), not when its packets time out: a stall well short of one
+    # timeout (measured 0.15 s; 0.83-0.94 s before mrc_ev's plane rule)
+    for f in (during, after):
+        assert f["longest_interruption_s"] < 0.75
     assert before["retransmitted_packets"] == 0 and before["mrc"]["retirements"] == 0
     lost = [p for p in after["mrc"]["paths"] if p["plane"] == 1]
     assert lost and all(p["state"] != "good" for p in lost)  # the lost plane's EVs retired

@@ -193,16 +193,21 @@ def test_the_collisions_expect_lines_pass_and_fail_on_mrcs_numbers():
 
 def test_the_failure_expect_lines_pass_and_fail_on_interruptions_and_failures():
     names = ("link", "spine", "link-silent", "spine-silent")
-    rc = {n: {"failed": "silent" in n, "longest_interruption_s": 4.0 if "silent" in n else 0.1}
-          for n in names}
+    rc = {n: {"failed": "silent" in n, "longest_interruption_s": 4.0 if "silent" in n else 0.1,
+              "retransmitted_packets": 900} for n in names}
     mrc = {n: {"failed": False, "longest_interruption_s": 0.005} for n in names}
     doc = _doc(_fabric(failed_flows=2), _fabric(failed_flows=0), {"rc": rc, "mrc": mrc})
     assert _failed_lines("mrc-vs-rc-failure", doc) == []
-    slow = {n: {"failed": True, "longest_interruption_s": 0.05} for n in names}  # 2x, 80x
+    slow = {n: {"failed": True, "longest_interruption_s": 0.06} for n in names}  # 1.7x, 67x
     rc_survived = {n: v | {"failed": False} for n, v in rc.items()}
     doc = _doc(_fabric(failed_flows=0), _fabric(failed_flows=4),
                {"rc": rc_survived, "mrc": slow})
-    assert len(_failed_lines("mrc-vs-rc-failure", doc)) == 5  # all but integrity_ok
+    assert len(_failed_lines("mrc-vs-rc-failure", doc)) == 6  # all but integrity_ok and
+    # RC's resends (it crossed the failed link)
+    unpinned = {n: v | {"retransmitted_packets": 0} for n, v in rc.items()}
+    doc = _doc(_fabric(failed_flows=2), _fabric(failed_flows=0), {"rc": unpinned, "mrc": mrc})
+    assert _failed_lines("mrc-vs-rc-failure", doc) == [
+        "fabrics.rc.flows.link.retransmitted_packets > 0"]
 
 
 def test_trims_are_counted_per_run_and_split_last_hop_from_fabric():

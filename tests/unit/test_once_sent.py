@@ -1,0 +1,69 @@
+"""An action held until a flow's progress (`once_sent`): checked when the file is read,
+and the timeline's wait on the flow's bytes (docs/congestion.md)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from emulator.cli import main
+from emulator.experiment.actions import Timeline
+from emulator.experiment.spec import Action
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _exp(tmp_path: Path, once_sent: dict) -> Path:
+    exp = {"name": "x", "topology": str(ROOT / "topologies/clos-2x4.yaml"),
+           "flows": [{"name": "f", "src": "prefill1", "dst": "decode1", "size": "64MiB"}],
+           "actions": [{"at": "1s", "fault": {"fail": "link", "a": "leaf1", "b": "spine1"},
+                        "once_sent": once_sent}]}
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    return path
+
+
+@pytest.mark.parametrize(("once_sent", "word"), [
+    ({"flow": "g", "bytes": "1MiB"}, "once_sent: no flow 'g'; flows: f"),
+    ({"flow": "f", "bytes": "lots"}, "once_sent.bytes"),
+    ({"flow": "f"}, "once_sent.bytes"),
+])
+def test_a_bad_once_sent_is_refused_when_read(tmp_path, once_sent, word):
+    res = CliRunner().invoke(main, ["check", str(_exp(tmp_path, once_sent))])
+    assert res.exit_code != 0 and len(res.stderr.splitlines()) == 1, res.stderr
+    assert word in res.stderr
+
+
+def test_the_shipped_failure_comparison_holds_its_faults_on_its_flows():
+    res = CliRunner().invoke(main, ["check", str(ROOT / "experiments/mrc-vs-rc-failure.yaml")])
+    assert res.exit_code == 0, res.output
+
+
+def _held(sent, deadline_in: float) -> tuple[bool, float]:
+    action = Action.model_validate({"at": 0, "fault": {"fail": "link", "a": "leaf1", "b": "spine1"},
+                                    "once_sent": {"flow": "f", "bytes": "1MiB"}})
+    t = Timeline(None, [action], time.monotonic(), time.monotonic() + deadline_in, sent=sent)  # type: ignore[arg-type]
+    t0 = time.monotonic()
+    late = t._await_sent(action)
+    return late, time.monotonic() - t0
+
+
+def test_an_action_waits_for_its_flows_bytes():
+    progress = iter([0, 0, 512 << 10, 1 << 20] + [1 << 20] * 100)
+    asked: list[str] = []
+
+    def sent(name: str) -> int:
+        asked.append(name)
+        return next(progress)
+
+    late, _ = _held(sent, 60.0)
+    assert not late and asked == ["f"] * 4  # held until 1 MiB, not a poll longer
+
+
+def test_an_action_whose_flow_never_gets_there_runs_late_at_the_end():
+    late, waited = _held(lambda name: 0, 0.1)
+    assert late and waited >= 0.1
