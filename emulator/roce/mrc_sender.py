@@ -228,22 +228,27 @@ class MrcSender:
             low = bm & -bm
             acked += self._ack(base + low.bit_length() - 1)
             bm ^= low
-        self.cc.on_ack(now, acked, _rtt(now, p.ts), bool(p.ce or p.echo & 1))
+        rtt = _rtt(now, p.ts)
+        self.cc.on_ack(now, acked, rtt, bool(p.ce or p.echo & 1))
+        if p.echo & 1 or rtt - (self.cc.min_rtt or rtt) > self.cc.p.target_s:
+            self.evs.hot(p.plane, p.ev)  # its trigger packet marked or queued: set aside
         self._scan_losses(now)
 
     def _ack_range(self, lo: int, hi: int) -> int:
         """`_ack` of every PSN in [lo, hi) (the cumulative acknowledgement's advance: the
         bulk of a SACK's work), inlined; the bytes acknowledged."""
         pop, acked_paths, done, unknown = self._unacked.pop, self._acked_paths, self._done, UNKNOWN
+        recycle = self.evs.recycle
         acked = inflight = 0
         for psn in range(lo, hi):
             st = pop(psn, None)
             if st is None:
                 continue
             acked += st.length
+            path = st.path
             if not st.lost:
                 inflight += st.length
-            path = st.path
+                recycle(path)
             if not st.resent and st.seq > path.seq_acked:  # no EV known: certain if not resent
                 path.seq_acked = st.seq
                 acked_paths.add(path)
@@ -264,9 +269,10 @@ class MrcSender:
         st = self._unacked.pop(psn, None)
         if st is None:
             return 0
+        path = st.path
         if not st.lost:
             self._inflight -= st.length
-        path = st.path
+            self.evs.recycle(path)
         certain = not st.resent or arrived_on == (path.plane, path.ev)
         if certain and st.seq > path.seq_acked:
             path.seq_acked = st.seq
@@ -319,7 +325,7 @@ class MrcSender:
 
     def _timeouts(self, now: float) -> None:
         for path in self.evs.take_presumed():  # a plane presumed lost (mrc_ev): its packets too
-            for st in [cast(_Pkt, q) for q in path.queue if q.path is path and not q.lost]:
+            for st in [cast(SentPacket, q) for q in path.queue if q.path is path and not q.lost]:
                 if self._unacked.get(st.psn) is st:
                     self._lose(st, now, retire=False)
             path.queue.clear()
