@@ -155,8 +155,8 @@ class EvSet:
         return path
 
     def hot(self, plane: int, ev: int) -> None:
-        """A SACK's trigger packet on (plane, ev) came back ECN-marked or queued past
-        NSCC's target: its EV is set aside for a round (mrc_lb)."""
+        """A SACK's trigger packet on (plane, ev) came back ECN-marked: its EV is set
+        aside for a round (mrc_lb)."""
         path = self.by_ev.get((plane, ev))
         if path is not None:
             self.lb.hot(path, len(self._active))

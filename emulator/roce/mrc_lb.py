@@ -14,18 +14,22 @@ every EV whatever the hash made of them.
 
 Where this departs from REPS: one SACK acknowledges up to `ack_every` packets,
 each recycling the EV it was sent on (REPS: one per ACK); the SACK's trigger
-packet is the one whose ECN mark and RTT it echoes, and an EV whose trigger
-packet came back marked or queued longer than NSCC's target is set aside for
-`aside_rounds` rounds of picks (REPS: just not recycled), so neither recycling
-nor the round robin uses it meanwhile. There is no random exploration: an entry
-not recycled (set aside, retired, or pushed out of the FIFO) leaves a pick to the
-round robin over every usable EV, which is how a set-aside EV returns, and a
-growing window's extra packets go there too (REPS explores after a timeout's
-freezing mode, which rocelab's per-EV loss detection and retirement replace).
-An exploration share that passed over recycled entries was tried and dropped:
-it moves packets in flight from the EVs returned most often (the fast ones) to
-every EV alike, and in a few hundred round trips a slow EV's share is back at
-the round robin's. The same acknowledgements give the same choices.
+packet is the one whose ECN mark it echoes, and an EV whose trigger packet came
+back marked is set aside for `aside_rounds` rounds of picks (REPS: just not
+recycled), so neither recycling nor the round robin uses it meanwhile. There is
+no random exploration: an entry not recycled (set aside, retired, or pushed out
+of the FIFO) leaves a pick to the round robin over every usable EV, which is how
+a set-aside EV returns, and a growing window's extra packets go there too (REPS
+explores after a timeout's freezing mode, which rocelab's per-EV loss detection
+and retirement replace). The same acknowledgements give the same choices.
+
+Tried and not kept (docs/mrc.md "Collisions"): an exploration share that passed
+over recycled entries (it moves packets in flight from the EVs returned most
+often to every EV alike: in a few hundred round trips a slow EV's share is back
+at the round robin's), and setting aside an EV whose trigger packet's RTT was
+past NSCC's target or 1.2x the running mean (on the shaped lab the window's
+queue at the first hop, common to every EV, put half the SACKs past the
+target; neither delay rule measured better than ECN alone).
 """
 
 from __future__ import annotations

@@ -230,8 +230,8 @@ class MrcSender:
             bm ^= low
         rtt = _rtt(now, p.ts)
         self.cc.on_ack(now, acked, rtt, bool(p.ce or p.echo & 1))
-        if p.echo & 1 or rtt - (self.cc.min_rtt or rtt) > self.cc.p.target_s:
-            self.evs.hot(p.plane, p.ev)  # its trigger packet marked or queued: set aside
+        if p.echo & 1:  # its trigger packet came back ECN-marked: that EV is set aside
+            self.evs.hot(p.plane, p.ev)
         self._scan_losses(now)
 
     def _ack_range(self, lo: int, hi: int) -> int:
