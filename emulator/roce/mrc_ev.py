@@ -86,7 +86,8 @@ def entropy_values(seed: int, count: int, planes: int = 1) -> list[tuple[int, in
 
 
 class EvSet:
-    """The EV set of one connection: round robin over usable EVs, retirement, probes."""
+    """The EV set of one connection: recycled EVs (mrc_lb) or round robin over usable EVs,
+    retirement, probes."""
 
     def __init__(self, evs: list[tuple[int, int]], min_active: int, probe_interval_s: float,
                  probe_retries: int = 3, deny_factor: int = 8):

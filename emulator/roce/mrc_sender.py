@@ -1,8 +1,9 @@
 """The sending half of an MRC connection (sans-IO): spray, SACK, selective resend.
 
 Messages (RDMA WRITE, optionally with immediate) are cut into MTU packets, each
-with the next PSN and its own RETH, sent round robin over the connection's
-usable EVs while the NSCC window and the MPR allow. A SACK acknowledges a
+with the next PSN and its own RETH, sent on the connection's usable EVs (an
+acknowledged packet's EV recycled first, mrc_lb.py; else round robin) while the
+NSCC window and the MPR allow. A SACK acknowledges a
 cumulative range and a 64-bit bitmap. Each EV is one path and keeps order, so
 a packet is lost when more than `reorder` packets sent after it ON THE SAME EV
 were acknowledged (reordering across EVs is normal under spraying and never
