@@ -36,9 +36,9 @@ def lab(tmp_path_factory):
     yield from make_lab(str(path), f"{PREFIX}mrcobs")
 
 
-def mrc_transfer(lab, src: str, dst: str, size: str) -> list[str]:
+def mrc_transfer(lab, src: str, dst: str, size: str, *extra: str) -> list[str]:
     return [ROCELAB, "transfer", lab.name, "--src", src, "--dst", dst, "--size", size,
-            "--transport", "mrc", "--evs", str(EVS), "--json"]
+            "--transport", "mrc", "--evs", str(EVS), "--json", *extra]
 
 
 def tshark(pcap: Path, *fields: str) -> list[dict[str, str]]:
@@ -124,7 +124,10 @@ def test_diagnose_names_the_silently_failed_link_from_the_transfer_result(lab, t
     hashed onto spine1; path-imbalance, fed the transfer's own `mrc` block as a run's flow,
     names spine1 and the link, and `diagnose --results` exits 13. (BGP holds 90 s here:
     the EVs stay dead and hashed onto spine1 until the heal.)"""
-    proc = subprocess.Popen(mrc_transfer(lab, "prefill1", "decode1", "512MiB"),
+    # capped: uncapped, the compiled MRC path moved 512 MiB in ~2.5 s, less than one
+    # Collector.fetch of every host on a loaded machine, and the poll below never saw
+    # it live; at 400 Mbit/s it runs ~11 s whatever the machine
+    proc = subprocess.Popen(mrc_transfer(lab, "prefill1", "decode1", "512MiB", "--rate", "400M"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     collector = Collector(lab.plan)
     try:
