@@ -9,17 +9,18 @@ answer. The floor `min_active` keeps a connection from retiring every path.
 
 Two policies use what the acknowledgements prove. A resend goes on an EV
 acknowledged lately (a path that works both ways now), not merely the next in
-turn: behind a silent failure the floor can keep a dead EV in use, and a packet
-resent onto it again would wait another ACK timeout (and its timeouts double
-after 7). And on a connection with several planes, a plane is presumed lost when
-nothing sent on it is acknowledged for `PLANE_SILENCE` of the probe interval (the
-ACK timeout) while the other planes were acknowledged again and again (a SACK
-covers every plane's packets: a silent plane is one whose packets stop arriving),
-or once `PLANE_EVIDENCE` of its EVs were retired with nothing acknowledged on it
-since. Its usable EVs then retire at once, are probed at once (one that answers is
-back within a round trip), and the sender resends what they hold (`presumed`).
-Otherwise a lost plane keeps taking its share of every window until its packets'
-ACK timeouts, and the connection stalls on it for one.
+turn: behind a silent failure the next in turn may be an EV whose path died but
+is not retired yet (or is kept by the floor), and a packet resent onto it waits
+another ACK timeout (and its timeouts double after 7). And on a connection with
+several planes, a plane is presumed lost when nothing sent on it is acknowledged
+for `PLANE_SILENCE` of the probe interval (the ACK timeout) while the other
+planes were acknowledged again and again (a SACK covers every plane's packets: a
+silent plane is one whose packets stop arriving), or once `PLANE_EVIDENCE` of its
+EVs were retired with nothing acknowledged on it since. Its usable EVs then
+retire at once, are probed at once (one that answers is back within a round
+trip), and the sender resends what they hold (`presumed`). Otherwise a lost
+plane keeps taking its share of every window until its packets' ACK timeouts,
+and the connection stalls on it for one.
 """
 
 from __future__ import annotations

@@ -56,12 +56,13 @@ def flow(res: dict[str, Any], label: str, name: str) -> dict[str, Any]:
 def failure(tmp_path_factory):
     """The failure comparison's first window: the far link spine1-leaf3 loses carrier
     and leaf2-spine1 fails silently once each of two capped 128 MiB transfers (RC pinned
-    over them) has sent 16 MiB. The silent-failure ratio lines are asserted below with
-    RC's failure as the alternative (MRC's side of the ratio is this machine's floor)."""
+    over them) has sent 16 MiB. The silent-failure lines (RC failed; RC's gap 100x MRC's)
+    are asserted below as one: either holds (on a starved machine RC's doubling retries
+    can outlast BGP's hold timer; MRC's side of the ratio is the machine's floor)."""
     path = shortened(tmp_path_factory.mktemp("mrc-failure"), "mrc-vs-rc-failure",
                      ["link", "link-silent"], actions=4, duration="40s")
     doc = yaml.safe_load(path.read_text())
-    doc["expect"] = [e for e in doc["expect"] if "100 *" not in e]
+    doc["expect"] = [e for e in doc["expect"] if "link-silent" not in e]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return run(path, f"{PREFIX}mf")
 
