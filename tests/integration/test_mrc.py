@@ -130,7 +130,7 @@ def rails():
 
 
 def test_multi_nic_hosts_get_one_ev_set_per_nic(rails):
-    """4 NICs a host: plane k's packets leave NIC k for the peer's NIC k, round robin."""
+    """4 NICs a host: plane k's packets leave NIC k for the peer's NIC k, every plane used."""
     res = json.loads(cli("transfer", rails.name, "--src", "prefill1", "--dst", "decode1",
                          "--size", "16MiB", "--transport", "mrc", "--evs", "8", "--json",
                          timeout=300).stdout)
@@ -140,7 +140,9 @@ def test_multi_nic_hosts_get_one_ev_set_per_nic(rails):
     per_plane = Counter()
     for p in m["paths"]:
         per_plane[p["plane"]] += p["bytes"]
-    assert all(b >= (16 << 20) // 4 for b in per_plane.values()), per_plane
+    # recycled EVs (mrc_lb): each plane is sent on at the rate it delivers, not exactly a
+    # quarter (measured 0.237-0.256 of the bytes); a plane left out would carry ~0
+    assert all(b >= (16 << 20) // 8 for b in per_plane.values()), per_plane
     assert all(p["spine"] for p in m["paths"])  # each plane's EVs resolved at its own leaf
 
 
