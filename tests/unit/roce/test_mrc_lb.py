@@ -4,9 +4,19 @@ back marked or queued is set aside for a round and then comes back."""
 
 from __future__ import annotations
 
+import random
+import socket
 from collections import Counter
 
+from emulator.roce.memory import MemoryTable
 from emulator.roce.mrc_ev import EvSet, EvState, entropy_values
+from emulator.roce.mrc_receiver import MrcReceiver
+from emulator.roce.mrc_sender import MrcSender, SenderConfig
+from emulator.roce.mrc_wire import build, parse
+from emulator.roce.nscc import Nscc, NsccParams
+
+MTU = 1024
+A, B = socket.inet_aton("10.0.0.1"), socket.inet_aton("10.0.0.2")
 
 
 def _evs(count: int = 8, seed: int = 5) -> EvSet:
@@ -103,3 +113,50 @@ def test_a_lost_evs_stale_recycled_entry_does_not_bring_it_back():
     evs._retire(dead, 0.0)
     assert dead.state is EvState.ASSUMED_BAD
     assert all(evs.next() is not dead for _ in range(40))
+
+
+def _sprayed(slow_delay: int, ce_ev: int | None = None) -> MrcSender:
+    """A real sender and receiver in memory, 8 EVs, a 16-packet window: packets on the
+    first 4 EVs arrive `slow_delay` steps late (a queue on their path; each EV keeps its
+    order), packets on `ce_ev` arrive CE-marked. The sender once all is acknowledged."""
+    mem = MemoryTable()
+    dst = bytearray(256 * MTU)
+    mr = mem.register(dst)
+    src = bytearray(random.Random(2).randbytes(len(dst)))
+    evs = EvSet(entropy_values(4, 8), 2, probe_interval_s=1.0)
+    cc = Nscc(NsccParams(MTU, base_rtt_s=1e-3, target_s=1.0, max_cwnd=16 * MTU,
+                         init_cwnd=16 * MTU), 0.0)
+    tx = MrcSender(0x11, 0x22, evs, cc, SenderConfig(mtu=MTU, ack_timeout_s=1.0))
+    rx = MrcReceiver(0x22, 0x11, mem)
+    for i, off in enumerate(range(0, len(dst), 16 * MTU)):
+        tx.post_write(i, memoryview(src)[off:off + 16 * MTU], mr.va + off, mr.rkey)
+    slow = {p.ev for p in evs.paths[:4]}
+    flight: list = []
+    for step in range(2000):
+        now = step * 1e-3
+        for p in tx.poll(now, 64):
+            tos = 18 << 2 | (3 if p.ev == ce_ev else 2)
+            flight.append((step + (slow_delay if p.ev in slow else 0), build(p, A, B, tos, 1)))
+        due = [d for s, d in flight if s <= step]
+        flight = [(s, d) for s, d in flight if s > step]
+        replies = [r for d in due for r in rx.receive(parse(d), now)]
+        for r in replies + rx.flush(now):
+            tx.receive(parse(build(r, B, A, 48 << 2, 1)), now)
+        if tx.idle:
+            break
+    assert tx.idle and dst == src and tx.counters.retransmitted_packets == 0
+    return tx
+
+
+def test_the_sender_recycles_what_its_sacks_acknowledge():
+    """The sender's SACK handling feeds the choice: EVs whose packets come back 3 steps
+    late get fewer packets (the round robin gave them half), and a CE echo sets its EV
+    aside."""
+    even = _sprayed(0)
+    late = _sprayed(3)
+    share = sum(p.packets for p in late.evs.paths[:4]) / late.counters.packets_sent
+    assert even.evs.lb.recycled > 200 and late.evs.lb.set_aside == 0
+    assert share < 0.4, share
+    marked = _sprayed(0, ce_ev=even.evs.paths[5].ev)
+    assert marked.evs.lb.set_aside > 0
+    assert marked.evs.paths[5].packets < min(p.packets for p in marked.evs.paths[:5])
