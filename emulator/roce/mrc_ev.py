@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from emulator.roce.mrc_lb import Recycler
+
 EV_LOW, EV_HIGH = 0xC000, 0x10000  # the RoCEv2 source-port range rxe uses
 
 
@@ -66,6 +68,7 @@ class Path:
     seq_acked: int = -1  # the latest sending-order place acknowledged
     acked_at: int = -1  # the set's acknowledgement count at this EV's latest one
     retired_at: int = -1  # ... at its latest retirement
+    aside_until: int = 0  # set aside (mrc_lb) until this many picks
     queue: deque[Any] = field(default_factory=deque, repr=False)  # its packets, in order
 
     __hash__ = object.__hash__
@@ -84,7 +87,8 @@ def entropy_values(seed: int, count: int, planes: int = 1) -> list[tuple[int, in
 
 
 class EvSet:
-    """The EV set of one connection: round robin over usable EVs, retirement, probes."""
+    """The EV set of one connection: recycled EVs (mrc_lb) or round robin over usable EVs,
+    retirement, probes."""
 
     def __init__(self, evs: list[tuple[int, int]], min_active: int, probe_interval_s: float,
                  probe_retries: int = 3, deny_factor: int = 8):
@@ -110,20 +114,27 @@ class EvSet:
         # outstanding packets at once (`take_presumed`) instead of at their ACK timeouts
         self._active = list(self.paths)
         self._cursor = 0
+        self.lb = Recycler(2 * len(self.paths), USABLE)  # new packets' EVs (mrc_lb: REPS)
+        self.recycle = self.lb.fresh.append  # an EV whose packet was acknowledged
 
     @property
     def active(self) -> int:
         return len(self._active)
 
     def next(self, avoid: Path | None = None) -> Path:
-        """The next usable EV in turn. For a resend (`avoid`: the EV it was lost on), the
-        next one acknowledged lately other than `avoid`, if there is one."""
+        """A new packet's EV: a recycled one (mrc_lb), else the next usable one in turn
+        not set aside. For a resend (`avoid`: the EV it was lost on), the next one
+        acknowledged lately other than `avoid`, if there is one."""
+        if avoid is None:
+            recycled = self.lb.pick()
+            if recycled is not None:
+                return recycled
         active = self._active
         n = len(active)
         self._cursor = (self._cursor + 1) % n
         path = active[self._cursor]
         if avoid is None or n == 1:
-            return path
+            return self._not_aside(path) if path.aside_until > self.lb.picks else path
         lately = max(self.acks - RECENT_ROUNDS * n, -1)  # never acknowledged: not lately
         for i in range(n):
             cand = active[(self._cursor + i) % n]
@@ -134,6 +145,23 @@ class EvSet:
             self._cursor = (self._cursor + 1) % n
             path = active[self._cursor]
         return path
+
+    def _not_aside(self, path: Path) -> Path:
+        """The round robin's next EV not set aside from `path` on (`path` if all are)."""
+        active, n, lb = self._active, len(self._active), self.lb
+        for i in range(1, n):
+            cand = active[(self._cursor + i) % n]
+            if not lb.aside(cand):
+                self._cursor = (self._cursor + i) % n
+                return cand
+        return path
+
+    def hot(self, plane: int, ev: int) -> None:
+        """A SACK's trigger packet on (plane, ev) came back ECN-marked: its EV is set
+        aside for a round (mrc_lb)."""
+        path = self.by_ev.get((plane, ev))
+        if path is not None:
+            self.lb.hot(path, len(self._active))
 
     def acked(self, path: Path) -> None:
         self.acks += 1

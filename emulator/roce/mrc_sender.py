@@ -1,8 +1,9 @@
 """The sending half of an MRC connection (sans-IO): spray, SACK, selective resend.
 
 Messages (RDMA WRITE, optionally with immediate) are cut into MTU packets, each
-with the next PSN and its own RETH, sent round robin over the connection's
-usable EVs while the NSCC window and the MPR allow. A SACK acknowledges a
+with the next PSN and its own RETH, sent on the connection's usable EVs (an
+acknowledged packet's EV recycled first, mrc_lb.py; else round robin) while the
+NSCC window and the MPR allow. A SACK acknowledges a
 cumulative range and a 64-bit bitmap. Each EV is one path and keeps order, so
 a packet is lost when more than `reorder` packets sent after it ON THE SAME EV
 were acknowledged (reordering across EVs is normal under spraying and never
@@ -228,22 +229,27 @@ class MrcSender:
             low = bm & -bm
             acked += self._ack(base + low.bit_length() - 1)
             bm ^= low
-        self.cc.on_ack(now, acked, _rtt(now, p.ts), bool(p.ce or p.echo & 1))
+        rtt = _rtt(now, p.ts)
+        self.cc.on_ack(now, acked, rtt, bool(p.ce or p.echo & 1))
+        if p.echo & 1:  # its trigger packet came back ECN-marked: that EV is set aside
+            self.evs.hot(p.plane, p.ev)
         self._scan_losses(now)
 
     def _ack_range(self, lo: int, hi: int) -> int:
         """`_ack` of every PSN in [lo, hi) (the cumulative acknowledgement's advance: the
         bulk of a SACK's work), inlined; the bytes acknowledged."""
         pop, acked_paths, done, unknown = self._unacked.pop, self._acked_paths, self._done, UNKNOWN
+        recycle = self.evs.recycle
         acked = inflight = 0
         for psn in range(lo, hi):
             st = pop(psn, None)
             if st is None:
                 continue
             acked += st.length
+            path = st.path
             if not st.lost:
                 inflight += st.length
-            path = st.path
+                recycle(path)
             if not st.resent and st.seq > path.seq_acked:  # no EV known: certain if not resent
                 path.seq_acked = st.seq
                 acked_paths.add(path)
@@ -264,9 +270,10 @@ class MrcSender:
         st = self._unacked.pop(psn, None)
         if st is None:
             return 0
+        path = st.path
         if not st.lost:
             self._inflight -= st.length
-        path = st.path
+            self.evs.recycle(path)
         certain = not st.resent or arrived_on == (path.plane, path.ev)
         if certain and st.seq > path.seq_acked:
             path.seq_acked = st.seq
