@@ -52,9 +52,13 @@ def flow_of(builder: FrameBuilder, port: int = 0):
 
 @pytest.fixture
 def udp_pair():
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
+    """A datagram pair the receiver reads as it reads its raw socket. AF_UNIX, not UDP over
+    loopback: a loopback datagram is delivered in a softirq, which a loaded machine defers
+    to ksoftirqd, so a non-blocking read right after `send` could miss the tail of a burst
+    (seen once under load); a unix datagram is in the peer's queue when `send` returns."""
+    tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    tx.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    tx.settimeout(5)  # a full queue fails the test instead of hanging it
     rx.setblocking(False)
     yield tx, rx
     tx.close()
@@ -132,8 +136,21 @@ def test_a_run_must_be_whole_middle_packets() -> None:
 
 # -- sending ---------------------------------------------------------------------
 
-def test_sender_delivers_each_datagram_once_in_order(udp_pair) -> None:
-    tx, rx = udp_pair
+@pytest.fixture
+def loopback_udp():
+    """UDP over loopback, for what the sender addresses; reads wait (up to 5 s) for the
+    softirq that delivers a loopback datagram, deferred on a loaded machine."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(5)
+    yield tx, rx
+    tx.close()
+    rx.close()
+
+
+def test_sender_delivers_each_datagram_once_in_order(loopback_udp) -> None:
+    tx, rx = loopback_udp
     builder = FrameBuilder(A, LO, 0xC000, max_payload=4096)
     flow = flow_of(builder, rx.getsockname()[1])
     segs = [Segment(Opcode.WRITE_MIDDLE, 0x12, psn, payload=bytes([psn]) * (100 * psn + 1))
@@ -185,7 +202,7 @@ def test_sender_raises_other_errors_and_empties() -> None:
 
 def _burst(tx: socket.socket, rx: socket.socket, datagrams: list[bytes], limit: int = 64):
     for d in datagrams:
-        tx.sendto(d, rx.getsockname())
+        tx.send(d)
     return _wire.Receiver(64, 8192).recv(rx, limit)
 
 
@@ -226,7 +243,7 @@ def test_receiver_on_the_rxe_captures(udp_pair, all_frames) -> None:
     receiver, verdicts = _wire.Receiver(32, 8192), []
     for i in range(0, len(frames), 32):
         for f in frames[i:i + 32]:
-            tx.sendto(f, rx.getsockname())
+            tx.send(f)
         good, bad, count, _, malformed = receiver.recv(rx, 32)
         assert count == len(frames[i:i + 32]) and malformed == 0
         verdicts += [True] * len(good) + [False] * len(bad)
@@ -241,7 +258,7 @@ def test_receiver_counts_malformed_and_truncated(udp_pair) -> None:
     ok = bytes(FrameBuilder(A, B, 0xC000, max_payload=4096).build(
         Segment(Opcode.WRITE_MIDDLE, 5, 9, payload=b"x" * 4096), 1))
     for d in (b"short", b"\x46" + ok[1:], ok):
-        tx.sendto(d, rx.getsockname())
+        tx.send(d)
     good, bad, count, _, malformed = _wire.Receiver(8, 4096).recv(rx, 8)  # ok is 4140 B
     assert (len(good), len(bad), count, malformed) == (0, 0, 3, 3)
     assert _wire.Receiver(8, 4096).recv(rx, 8) == ([], [], 0, 0, 0)  # empty: no wait
@@ -295,7 +312,7 @@ def test_in_order_middles_are_placed_not_returned(udp_pair) -> None:
     good, bad, count, _, _ = _burst(tx, rx, _middles(range(first, first + 5)), limit=64)
     assert (len(good), bad, count) == (5, [], 5)  # without targets: returned
     for d in _middles(range(first, first + 5)):
-        tx.sendto(d, rx.getsockname())
+        tx.send(d)
     good, bad, count, _, _ = _wire.Receiver(64, 8192).recv(rx, 64, {7: [t]})
     assert (good, bad, count) == ([], [], 5)
     assert (t[2], t[4], t[6:]) == ((first + 5) & 0xFFFFFF, 6 * 256, [1, 5, 5 * 256])
@@ -317,7 +334,7 @@ def test_the_first_unplaceable_datagram_closes_its_qp(udp_pair, case) -> None:
         ce[1] |= 3  # a switch marked it: TOS is outside the ICRC
         datagrams[2] = bytes(ce)
     for d in datagrams:
-        tx.sendto(d, rx.getsockname())
+        tx.send(d)
     good, bad, *_ = _wire.Receiver(64, 8192).recv(rx, 64, {7: [t]})
     placed = 0 if case == "other_src" else 2
     assert t[7] == placed and t[6] == 0 and t[2] == 10 + placed
