@@ -1,7 +1,9 @@
-"""Known-answer fixtures: real Linux rxe captures (see tests/fixtures/rxe/README.md)."""
+"""Fixtures of the RoCE unit tests: real Linux rxe captures (tests/fixtures/rxe/README.md),
+a loopback UDP pair."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,16 @@ def data_path(request, monkeypatch) -> str:
         pytest.skip("emulator.roce._wire is not built")
     monkeypatch.setattr(roce_sim, "DATA_PATH", request.param)
     return request.param
+
+
+@pytest.fixture
+def loopback_udp():
+    """UDP over loopback, for what the sender addresses; reads wait (up to 5 s) for the
+    softirq that delivers a loopback datagram, deferred on a loaded machine."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(5)
+    yield tx, rx
+    tx.close()
+    rx.close()

@@ -92,19 +92,8 @@ def test_check_in_place_on_the_rxe_captures(all_frames) -> None:
 
 # -- SendBatch (sendmmsg) -----------------------------------------------------------
 
-@pytest.fixture
-def udp_pair():
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(2)
-    yield tx, rx
-    tx.close()
-    rx.close()
-
-
-def test_send_batch_delivers_each_datagram_once_in_order(udp_pair) -> None:
-    tx, rx = udp_pair
+def test_send_batch_delivers_each_datagram_once_in_order(loopback_udp) -> None:
+    tx, rx = loopback_udp
     batch = SendBatch(capacity=4)
     to = batch.address("127.0.0.1", rx.getsockname()[1])
     builder = FrameBuilder(A, B, 0xC000, max_payload=4096)
@@ -125,7 +114,7 @@ def test_send_batch_delivers_each_datagram_once_in_order(udp_pair) -> None:
     assert got == want
 
 
-def test_send_batch_addresses_are_exact(udp_pair) -> None:
+def test_send_batch_addresses_are_exact(loopback_udp) -> None:
     """Every byte of the address counts (an earlier ctypes char array cut it at a zero byte)."""
     batch = SendBatch(capacity=1)
     for ip in ("10.0.0.1", "10.250.0.0", "192.0.2.255"):

@@ -136,18 +136,6 @@ def test_a_run_must_be_whole_middle_packets() -> None:
 
 # -- sending ---------------------------------------------------------------------
 
-@pytest.fixture
-def loopback_udp():
-    """UDP over loopback, for what the sender addresses; reads wait (up to 5 s) for the
-    softirq that delivers a loopback datagram, deferred on a loaded machine."""
-    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rx.bind(("127.0.0.1", 0))
-    rx.settimeout(5)
-    yield tx, rx
-    tx.close()
-    rx.close()
-
 
 def test_sender_delivers_each_datagram_once_in_order(loopback_udp) -> None:
     tx, rx = loopback_udp
