@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, TypeVar
 
 from emulator.roce.errors import MalformedPacket
 from emulator.roce.headers import (
@@ -88,15 +89,24 @@ class Run(NamedTuple):
                 for i, p in enumerate(psns)]
 
 
+P = TypeVar("P")
+
+
+def unroll(items: Iterable[Any], run_type: type, parts: Callable[[Any], list[P]]) -> list[P]:
+    """The packets a burst of packets and runs stands for, in order: each `run_type` item
+    replaced by `parts(item)` (RC's Runs here, MRC's MrcRuns in mrc_wire)."""
+    out: list[P] = []
+    for item in items:
+        if type(item) is run_type:
+            out.extend(parts(item))
+        else:
+            out.append(item)
+    return out
+
+
 def expand(items: list[Segment | Run]) -> list[Segment]:
     """The Segments a burst stands for, in order."""
-    out: list[Segment] = []
-    for item in items:
-        if type(item) is Run:
-            out.extend(item.segments())
-        else:
-            out.append(item)  # type: ignore[arg-type]
-    return out
+    return unroll(items, Run, Run.segments)
 
 
 class FrameBuilder:

@@ -14,6 +14,7 @@ from enum import IntEnum, IntFlag
 from typing import NamedTuple
 
 from emulator.roce.errors import MalformedPacket
+from emulator.roce.fastpath import unroll
 from emulator.roce.headers import DEFAULT_PKEY, IPPROTO_UDP, ROCE_UDP_PORT
 from emulator.roce.icrc import ICRC_SIZE, PSEUDO_LRH_CRC, crc32
 
@@ -130,13 +131,7 @@ class MrcRun(NamedTuple):
 
 def expand(items: list[MrcPacket | MrcRun]) -> list[MrcPacket]:
     """The MrcPackets a burst stands for, in order."""
-    out: list[MrcPacket] = []
-    for item in items:
-        if type(item) is MrcRun:
-            out.extend(item.packets_())
-        else:
-            out.append(item)  # type: ignore[arg-type]
-    return out
+    return unroll(items, MrcRun, MrcRun.packets_)
 
 
 def build(p: MrcPacket, src: bytes, dst: bytes, tos: int, ip_id: int) -> bytearray:
