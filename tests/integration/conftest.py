@@ -37,6 +37,9 @@ SYSCTLS = [
 ]
 HOST_FRR_CONFIG, HOST_FRR_RUN = Path("/etc/frr"), Path("/run/frr")
 UNNUM = f"{PREFIX}unnum"  # clos_unnumbered's lab, shared by the session
+# clos_cc's lab (clos-2x4-cc), shared by the modules that use it; named PREFIX-cc-l3 so that
+# a compare experiment run with --name PREFIX-cc finds it running as its `l3` fabric.
+SHAPED = f"{PREFIX}cc-l3"
 # Modules whose tests need longer than pytest-timeout's default (pyproject.toml): the
 # bound covers the module's lab coming up in its first test. Seconds.
 LONG = {"test_scale.py": 900, "test_rxe.py": 900, "test_rxe_ecn.py": 900,
@@ -203,11 +206,52 @@ def clos_unnumbered(_shared_unnumbered):
 
 
 @pytest.fixture(scope="module")
-def no_shared_lab(_shared_unnumbered):
-    """The session's shared lab taken down for a module that needs no other lab up."""
-    if _shared_unnumbered["lab"] is not None:
-        _shared_unnumbered["lab"] = None
-        cli("down", UNNUM)
+def no_shared_lab(_shared_unnumbered, _shared_cc):
+    """The session's shared labs taken down for a module that needs no other lab up."""
+    for held, name in ((_shared_unnumbered, UNNUM), (_shared_cc, SHAPED)):
+        if held["lab"] is not None:
+            held["lab"] = None
+            cli("down", name)
+
+
+@pytest.fixture(scope="session")
+def _shared_cc():
+    """Holds clos_cc's lab while it is up; takes it down at the session's end if it still is."""
+    held: dict[str, Lab | None] = {"lab": None}
+    yield held
+    if held["lab"] is not None:
+        cli("down", SHAPED, check=False)
+
+
+@pytest.fixture(scope="module")
+def clos_cc(_shared_cc, request):
+    """clos-2x4-cc (shaped at 100 Mbit/s, D = 4000), shared by the modules that run
+    experiments, replays and diagnose on it and leave it as they found it (faults healed;
+    an experiment's actions restore every knob they touched, runner.Timeline.restore):
+    test_diagnose, test_experiments, test_gray, test_l2_demos (the `l3` fabric of its
+    shaped compare runs) and test_replay. Every result those tests check is measured over
+    their own run. Up on first use; down after the last module that uses it, so later
+    modules run without it. test_telemetry has its own: it checks counters accumulated
+    since its lab came up."""
+    if _shared_cc["lab"] is None:
+        lab_ = Lab("topologies/clos-2x4-cc.yaml", SHAPED)
+        try:
+            lab_.up()
+        except BaseException:
+            cli("down", SHAPED, check=False)
+            raise
+        _shared_cc["lab"] = lab_
+    yield _shared_cc["lab"]
+    if not _used_later(request, "clos_cc"):
+        _shared_cc["lab"] = None
+        cli("down", SHAPED)
+
+
+def _used_later(request, fixture: str) -> bool:
+    """Whether a test after this module's last one (in the session's order) uses `fixture`."""
+    items = request.session.items
+    here = [i for i, item in enumerate(items) if item.module is request.module]
+    return any(fixture in item.fixturenames for item in items[max(here, default=-1) + 1:])
 
 
 @pytest.fixture(scope="module")

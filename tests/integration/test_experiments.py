@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 import yaml
 
-from .conftest import PREFIX, cli, leftovers, make_lab
+from tests.browser import check_report
+
+from .conftest import PREFIX, cli, leftovers
 from .test_telemetry import PICTURES
 
 
 @pytest.fixture(scope="module")
-def cc():
-    yield from make_lab("topologies/clos-2x4-cc.yaml", f"{PREFIX}cc")
+def cc(clos_cc):
+    return clos_cc  # shared: each experiment's actions are restored when it ends
 
 
 def run(experiment: str, name: str, tmp_path) -> dict:
@@ -69,6 +71,17 @@ def test_the_incast_report_has_every_plot(incast):
     md = (out / "report.md").read_text()
     assert md.startswith("# incast") and all(f"({p})" in md for p in PICTURES if p.endswith(".png"))
     assert (out / "report.html").read_text().count("data:image/png;base64,") == 6
+
+
+def test_the_incast_report_renders_every_plot_and_table_in_a_browser(incast):
+    """report.html in headless Chromium (tests/browser.py): every plot decoded and laid out,
+    every table with content, every flow in a table. (A separate module once ran its own
+    shortened incast for this: the same report of the same experiment, ~15 s more.)"""
+    out = Path(incast["out"])
+    page = check_report(out / "report.html", min_imgs=6, min_tables=2)
+    assert page.probe["headings"][0].startswith("incast")
+    cells = (out / "report.html").read_text()
+    assert all(f">{f['name']}<" in cells for f in incast["flows"])
 
 
 def test_incast_keeps_the_bottleneck_busy_with_a_queue_held_by_ecn(incast):
