@@ -148,12 +148,14 @@ def test_striped_replay_on_a_shaped_rail_fabric_loads_every_rail(tmp_path):
         cli("replay", lab.name, TRACE, "--for", "1s", "--op", "write", "--budget", "60s",
             timeout=300)  # engines up, neighbours resolved
         before = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
-        res = cli("replay", lab.name, TRACE, "--for", "6s", "--op", "write", "--stripe",
+        # the trace's first second: its 10 requests all arrive at 0 (6 s held 29, 24 s of
+        # wall time at --time-scale 4, for the same per-rail shares)
+        res = cli("replay", lab.name, TRACE, "--for", "1s", "--op", "write", "--stripe",
                   "--time-scale", "4", "--budget", "60s", "--json", timeout=300)
         after = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
     block = json.loads(res.stdout)
     moved = [r for r in block["requests"] if r["moved"]]
-    assert block["verdict"]["failed"] == 0 and moved
+    assert block["verdict"]["failed"] == 0 and len(moved) >= 5
     assert all(r["rails"] == [0, 1, 2, 3] for r in moved)  # 2 QPs on each NIC
     assert sorted(block["verdict"]["rails"]) == ["0", "1", "2", "3"]
     sent = {rail: after[rail] - before.get(rail, 0) for rail in after}
