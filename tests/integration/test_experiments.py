@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
+from emulator import faults
 from tests.browser import check_report
 
 from .conftest import PREFIX, cli, leftovers
@@ -217,9 +218,16 @@ def test_pause_storm_spreads_stalls_others_and_recovers(cc, tmp_path):
     assert not any(f["kind"] == "ecn-off" for f in found), found
 
 
-def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(tmp_path):
-    name = f"{PREFIX}sf"
-    r = run("spine-failure", name, tmp_path)
+def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(clos_unnumbered, tmp_path):
+    """On the session's clos-2x4 (the file's topology), running: the timeline heals what it
+    failed. (That a run which brought its own lab up takes it down again is
+    test_dcqcn_overrides_reach_the_engines' leftover check.)"""
+    try:
+        r = run("spine-failure", clos_unnumbered.name, tmp_path)
+        left = faults.active(clos_unnumbered.plan)
+    finally:
+        if faults.active(clos_unnumbered.plan):  # the timeline did not heal it: the next test's lab
+            cli("heal", clos_unnumbered.name, "--all", check=False)
     assert r["integrity_ok"]
     fail, heal = r["events"]
     assert (fail["action"], heal["action"]) == ("fail", "heal")
@@ -229,6 +237,6 @@ def test_faults_scheduled_in_an_experiment_are_recorded_and_timed(tmp_path):
     assert fail["convergence"]["settled"] and fail["convergence"]["converge_s"] < 9 / 3
     assert fail["convergence"]["leaf_ecmp"]["leaf1"] == [1, 1]  # one spine left
     assert heal["convergence"]["settled"]
-    assert not leftovers(name)  # the run brought its lab up, so it took it down
-    # an L3 fault that healed leaves nothing above info (the lab is gone: from results.json)
+    assert not left  # nothing stays failed
+    # an L3 fault that healed leaves nothing above info (from results.json)
     assert all(f["severity"] == "info" for f in diagnosed(tmp_path, 0))
