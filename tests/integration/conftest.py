@@ -206,45 +206,40 @@ def clos_unnumbered(_shared_unnumbered):
 
 
 @pytest.fixture(scope="module")
-def no_shared_lab(_shared_unnumbered, _shared_cc):
+def no_shared_lab(_shared_unnumbered, _shared_labs):
     """The session's shared labs taken down for a module that needs no other lab up."""
-    for held, name in ((_shared_unnumbered, UNNUM), (_shared_cc, SHAPED)):
-        if held["lab"] is not None:
-            held["lab"] = None
-            cli("down", name)
+    if _shared_unnumbered["lab"] is not None:
+        _shared_unnumbered["lab"] = None
+        cli("down", UNNUM)
+    for name in list(_shared_labs):
+        del _shared_labs[name]
+        cli("down", name)
 
 
 @pytest.fixture(scope="session")
-def _shared_cc():
-    """Holds clos_cc's lab while it is up; takes it down at the session's end if it still is."""
-    held: dict[str, Lab | None] = {"lab": None}
+def _shared_labs():
+    """The labs of `shared` fixtures that are up, by name; down at the session's end."""
+    held: dict[str, Lab] = {}
     yield held
-    if held["lab"] is not None:
-        cli("down", SHAPED, check=False)
+    for name in held:
+        cli("down", name, check=False)
 
 
-@pytest.fixture(scope="module")
-def clos_cc(_shared_cc, request):
-    """clos-2x4-cc (shaped at 100 Mbit/s, D = 4000), shared by the modules that run
-    experiments, replays and diagnose on it and leave it as they found it (faults healed;
-    an experiment's actions restore every knob they touched, runner.Timeline.restore):
-    test_diagnose, test_experiments, test_gray, test_l2_demos (the `l3` fabric of its
-    shaped compare runs) and test_replay. Every result those tests check is measured over
-    their own run. Up on first use; down after the last module that uses it, so later
-    modules run without it. test_telemetry has its own: it checks counters accumulated
-    since its lab came up."""
-    if _shared_cc["lab"] is None:
-        lab_ = Lab("topologies/clos-2x4-cc.yaml", SHAPED)
+def shared(request, held: dict[str, Lab], topology: str, name: str):
+    """A lab for every module that uses the fixture calling this: up on first use, down
+    after the last such module (in the session's order), so later modules run without it."""
+    if name not in held:
+        lab_ = Lab(topology, name)
         try:
             lab_.up()
         except BaseException:
-            cli("down", SHAPED, check=False)
+            cli("down", name, check=False)
             raise
-        _shared_cc["lab"] = lab_
-    yield _shared_cc["lab"]
-    if not _used_later(request, "clos_cc"):
-        _shared_cc["lab"] = None
-        cli("down", SHAPED)
+        held[name] = lab_
+    yield held[name]
+    if name in held and not _used_later(request, request.fixturename):
+        del held[name]
+        cli("down", name)
 
 
 def _used_later(request, fixture: str) -> bool:
@@ -252,6 +247,25 @@ def _used_later(request, fixture: str) -> bool:
     items = request.session.items
     here = [i for i, item in enumerate(items) if item.module is request.module]
     return any(fixture in item.fixturenames for item in items[max(here, default=-1) + 1:])
+
+
+@pytest.fixture(scope="module")
+def clos_cc(_shared_labs, request):
+    """clos-2x4-cc (shaped at 100 Mbit/s, D = 4000), shared by the modules that run
+    experiments, replays and diagnose on it and leave it as they found it (faults healed;
+    an experiment's actions restore every knob they touched, runner.Timeline.restore):
+    test_diagnose, test_experiments, test_gray, test_l2_demos (the `l3` fabric of its
+    shaped compare runs) and test_replay. Every result those tests check is measured over
+    their own run. test_telemetry has its own: it checks counters accumulated since its
+    lab came up."""
+    yield from shared(request, _shared_labs, "topologies/clos-2x4-cc.yaml", SHAPED)
+
+
+@pytest.fixture(scope="module")
+def rail_4x8(_shared_labs, request):
+    """rail-4x8 (unshaped), shared by test_fabric_model and test_kv_serving: each measures
+    its rails' bytes as a difference over its own transfer."""
+    yield from shared(request, _shared_labs, "topologies/rail-4x8.yaml", f"{PREFIX}rail")
 
 
 @pytest.fixture(scope="module")

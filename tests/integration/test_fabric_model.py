@@ -67,18 +67,18 @@ def test_three_tier_superspine_failure_narrows_the_spines_only(three_tier):
     assert _widths(plan) == plan.expected_widths()
 
 
-def test_rail_transfer_uses_every_rail():
-    with running("topologies/rail-4x8.yaml", f"{PREFIX}rail") as lab:
-        plan = state.lab_plan(lab.name)
-        before = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
-        result = _transfer(plan, "prefill1", "decode1", size=16 << 20, qps=8)
-        assert result["integrity_ok"]
-        assert sorted({q["rail"] for q in result["qps"]}) == [0, 1, 2, 3]
-        assert {q["local_ip"] for q in result["qps"]} == set(plan.node("prefill1").addresses)
-        after = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
-        sent = {rail: after[rail] - before.get(rail, 0) for rail in after}
-        # each rail carries a quarter of the 16 MiB (QPs 0-7 over 4 NICs), headers on top
-        assert all(sent[rail] > 3.5e6 for rail in range(4)), sent
+def test_rail_transfer_uses_every_rail(rail_4x8):
+    lab = rail_4x8  # shared with test_kv_serving (conftest): bytes counted over this transfer
+    plan = state.lab_plan(lab.name)
+    before = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
+    result = _transfer(plan, "prefill1", "decode1", size=16 << 20, qps=8)
+    assert result["integrity_ok"]
+    assert sorted({q["rail"] for q in result["qps"]}) == [0, 1, 2, 3]
+    assert {q["local_ip"] for q in result["qps"]} == set(plan.node("prefill1").addresses)
+    after = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
+    sent = {rail: after[rail] - before.get(rail, 0) for rail in after}
+    # each rail carries a quarter of the 16 MiB (QPs 0-7 over 4 NICs), headers on top
+    assert all(sent[rail] > 3.5e6 for rail in range(4)), sent
 
 
 def test_dual_homed_host_survives_a_leaf_failure():
