@@ -189,7 +189,8 @@ def _shared_unnumbered():
 def clos_unnumbered(_shared_unnumbered):
     """clos-2x4, shared by every module that needs the plain fabric and leaves it as it
     found it (faults healed, loss cleared): test_fabric, test_engine, test_exec_isolation,
-    test_faults, test_gray and test_perftest. Up on first use; a module that needs the
+    test_experiments (spine-failure.yaml), test_faults, test_gray, test_kv_serving and
+    test_perftest (and test_mrc). Up on first use; a module that needs the
     host to hold no other lab (test_neighbours: the neighbour limit is restored by the
     last `down`) takes it down with `no_shared_lab`, and the next user brings it up again.
     A module that brings it down itself, or needs it fresh (test_cli_tools reads its age,
