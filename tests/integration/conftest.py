@@ -37,6 +37,9 @@ SYSCTLS = [
 ]
 HOST_FRR_CONFIG, HOST_FRR_RUN = Path("/etc/frr"), Path("/run/frr")
 UNNUM = f"{PREFIX}unnum"  # clos_unnumbered's lab, shared by the session
+# clos_cc's lab (clos-2x4-cc), shared by the modules that use it; named PREFIX-cc-l3 so that
+# a compare experiment run with --name PREFIX-cc finds it running as its `l3` fabric.
+SHAPED = f"{PREFIX}cc-l3"
 # Modules whose tests need longer than pytest-timeout's default (pyproject.toml): the
 # bound covers the module's lab coming up in its first test. Seconds.
 LONG = {"test_scale.py": 900, "test_rxe.py": 900, "test_rxe_ecn.py": 900,
@@ -186,7 +189,8 @@ def _shared_unnumbered():
 def clos_unnumbered(_shared_unnumbered):
     """clos-2x4, shared by every module that needs the plain fabric and leaves it as it
     found it (faults healed, loss cleared): test_fabric, test_engine, test_exec_isolation,
-    test_faults, test_gray and test_perftest. Up on first use; a module that needs the
+    test_experiments (spine-failure.yaml), test_faults, test_gray, test_kv_serving and
+    test_perftest (and test_mrc). Up on first use; a module that needs the
     host to hold no other lab (test_neighbours: the neighbour limit is restored by the
     last `down`) takes it down with `no_shared_lab`, and the next user brings it up again.
     A module that brings it down itself, or needs it fresh (test_cli_tools reads its age,
@@ -203,11 +207,66 @@ def clos_unnumbered(_shared_unnumbered):
 
 
 @pytest.fixture(scope="module")
-def no_shared_lab(_shared_unnumbered):
-    """The session's shared lab taken down for a module that needs no other lab up."""
+def no_shared_lab(_shared_unnumbered, _shared_labs):
+    """The session's shared labs taken down for a module that needs no other lab up."""
     if _shared_unnumbered["lab"] is not None:
         _shared_unnumbered["lab"] = None
         cli("down", UNNUM)
+    for name in list(_shared_labs):
+        del _shared_labs[name]
+        cli("down", name)
+
+
+@pytest.fixture(scope="session")
+def _shared_labs():
+    """The labs of `shared` fixtures that are up, by name; down at the session's end."""
+    held: dict[str, Lab] = {}
+    yield held
+    for name in held:
+        cli("down", name, check=False)
+
+
+def shared(request, held: dict[str, Lab], topology: str, name: str):
+    """A lab for every module that uses the fixture calling this: up on first use, down
+    after the last such module (in the session's order), so later modules run without it."""
+    if name not in held:
+        lab_ = Lab(topology, name)
+        try:
+            lab_.up()
+        except BaseException:
+            cli("down", name, check=False)
+            raise
+        held[name] = lab_
+    yield held[name]
+    if name in held and not _used_later(request, request.fixturename):
+        del held[name]
+        cli("down", name)
+
+
+def _used_later(request, fixture: str) -> bool:
+    """Whether a test after this module's last one (in the session's order) uses `fixture`."""
+    items = request.session.items
+    here = [i for i, item in enumerate(items) if item.module is request.module]
+    return any(fixture in item.fixturenames for item in items[max(here, default=-1) + 1:])
+
+
+@pytest.fixture(scope="module")
+def clos_cc(_shared_labs, request):
+    """clos-2x4-cc (shaped at 100 Mbit/s, D = 4000), shared by the modules that run
+    experiments, replays and diagnose on it and leave it as they found it (faults healed;
+    an experiment's actions restore every knob they touched, runner.Timeline.restore):
+    test_diagnose, test_experiments, test_gray, test_l2_demos (the `l3` fabric of its
+    shaped compare runs) and test_replay. Every result those tests check is measured over
+    their own run. test_telemetry has its own: it checks counters accumulated since its
+    lab came up."""
+    yield from shared(request, _shared_labs, "topologies/clos-2x4-cc.yaml", SHAPED)
+
+
+@pytest.fixture(scope="module")
+def rail_4x8(_shared_labs, request):
+    """rail-4x8 (unshaped), shared by test_fabric_model and test_kv_serving: each measures
+    its rails' bytes as a difference over its own transfer."""
+    yield from shared(request, _shared_labs, "topologies/rail-4x8.yaml", f"{PREFIX}rail")
 
 
 @pytest.fixture(scope="module")

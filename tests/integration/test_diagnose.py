@@ -11,14 +11,14 @@ import threading
 
 import pytest
 
-from .conftest import PREFIX, cli, make_lab
+from .conftest import PREFIX, cli
 
 FINDINGS = 13
 
 
 @pytest.fixture(scope="module")
-def cc():
-    yield from make_lab("topologies/clos-2x4-cc.yaml", f"{PREFIX}dg")
+def cc(clos_cc):
+    return clos_cc  # shared: every test heals the fault its run set (experiments restore the rest)
 
 
 def diagnose(*args: str, code: int | None = None) -> dict:

@@ -9,7 +9,6 @@ over 2 QPs per NIC.
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import pytest
@@ -18,9 +17,8 @@ from emulator import state
 from emulator.engine import client
 from emulator.engine.job import Job, Op, digest, source_bytes
 
-from .conftest import PREFIX, cli, make_lab
+from .conftest import cli
 
-running = contextlib.contextmanager(make_lab)
 pytestmark = pytest.mark.timeout(600)  # a lab comes up inside the first test
 KV_ARGS = ("--model", "llama3-8b", "--tokens", "64", "--pairs", "prefill1:decode1")  # 8 MiB
 
@@ -57,22 +55,22 @@ def test_a_plain_kv_run_posts_one_op_per_block_copy(clos_unnumbered):
     assert res["aggregate"]["integrity_ok"]
 
 
-def test_stripe_puts_an_equal_share_on_every_rail():
-    with running("topologies/rail-4x8.yaml", f"{PREFIX}rail") as lab:
-        plan = state.lab_plan(lab.name)
-        cli("kv", lab.name, "--model", "llama3-8b", "--tokens", "16", "--pairs",
-            "prefill1:decode1", timeout=300)  # engines up, ARP resolved
-        before = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
-        res = json.loads(cli("kv", lab.name, "--model", "llama3-8b", "--tokens", "128",
-                             "--pairs", "prefill1:decode1", "--stripe", "--json",
-                             timeout=300).stdout)
-        after = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
-        r = res["requests"][0]
-        assert r["integrity_ok"] and r["bytes"] == 16 << 20
-        assert len(r["qps"]) == 8  # 2 per NIC pair
-        assert sorted(q["rail"] for q in r["qps"]) == [0, 0, 1, 1, 2, 2, 3, 3]
-        assert {q["local_ip"] for q in r["qps"]} == set(plan.node("prefill1").addresses)
-        quarter = (16 << 20) // 4
-        sent = {rail: after[rail] - before.get(rail, 0) for rail in after}
-        # every rail carries its quarter of the payload, headers and ACKs on top
-        assert all(quarter < sent[rail] < 1.2 * quarter for rail in range(4)), sent
+def test_stripe_puts_an_equal_share_on_every_rail(rail_4x8):
+    lab = rail_4x8  # shared with test_fabric_model (conftest): bytes counted over this run
+    plan = state.lab_plan(lab.name)
+    cli("kv", lab.name, "--model", "llama3-8b", "--tokens", "16", "--pairs",
+        "prefill1:decode1", timeout=300)  # engines up, ARP resolved
+    before = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
+    res = json.loads(cli("kv", lab.name, "--model", "llama3-8b", "--tokens", "128",
+                         "--pairs", "prefill1:decode1", "--stripe", "--json",
+                         timeout=300).stdout)
+    after = {r["rail"]: r["tx_bytes"] for r in lab.status()["rails"]}
+    r = res["requests"][0]
+    assert r["integrity_ok"] and r["bytes"] == 16 << 20
+    assert len(r["qps"]) == 8  # 2 per NIC pair
+    assert sorted(q["rail"] for q in r["qps"]) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert {q["local_ip"] for q in r["qps"]} == set(plan.node("prefill1").addresses)
+    quarter = (16 << 20) // 4
+    sent = {rail: after[rail] - before.get(rail, 0) for rail in after}
+    # every rail carries its quarter of the payload, headers and ACKs on top
+    assert all(quarter < sent[rail] < 1.2 * quarter for rail in range(4)), sent

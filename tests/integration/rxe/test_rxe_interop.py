@@ -171,10 +171,17 @@ def test_go_back_n_between_rxe_and_the_engine_under_loss(lab, tmp_path):
         engine_client_to_real(lab, "write_bw", 4096, 2000, 1)
         engine_client_to_real(lab, "read_bw", 1000, 2000, 1)
     finally:
-        for cap in caps:
-            cap.send_signal(2)
-            cap.wait(timeout=30)
-        cli("heal", NAME, "--all")
+        try:
+            for cap in caps:
+                cap.send_signal(2)
+            for cap in caps:
+                cap.wait(timeout=30)
+        finally:  # heal even if a capture did not stop in time: the package's lab is shared
+            for cap in caps:
+                if cap.poll() is None:
+                    cap.kill()  # by PID: the capture this test started
+                    cap.wait(timeout=30)
+            cli("heal", NAME, "--all")
     after = {h: _rxe_counters(lab, h) for h in ("prefill1", "decode1")}
     grew = {h: {k: after[h][k] - before[h].get(k, 0) for k in after[h]
                 if isinstance(after[h][k], int)} for h in after}
