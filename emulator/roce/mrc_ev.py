@@ -134,7 +134,7 @@ class EvSet:
         self._cursor = (self._cursor + 1) % n
         path = active[self._cursor]
         if avoid is None or n == 1:
-            return self._not_aside(path) if path.aside_until > self.lb.picks else path
+            return self._not_aside(path) if self.lb.aside(path) else path
         lately = max(self.acks - RECENT_ROUNDS * n, -1)  # never acknowledged: not lately
         for i in range(n):
             cand = active[(self._cursor + i) % n]
@@ -163,10 +163,14 @@ class EvSet:
         if path is not None:
             self.lb.hot(path, len(self._active))
 
-    def acked(self, path: Path) -> None:
+    def _proven(self, path: Path) -> None:
+        """Something sent on `path` came back (an acknowledgement or a probe's answer)."""
         self.acks += 1
         self.plane_acks[path.plane] += 1
         path.acked_at = self.acks
+
+    def acked(self, path: Path) -> None:
+        self._proven(path)
         if path.state is EvState.UNKNOWN:
             path.state = EvState.GOOD
 
@@ -182,10 +186,7 @@ class EvSet:
     def _lose_plane(self, plane: int, now: float) -> None:
         """Presume `plane` lost: its usable EVs retire (the floor kept), probed at once."""
         self.planes_lost += 1
-        for other in [p for p in self._active if p.plane == plane]:
-            if self._retire(other, now):
-                other.probe_due = now
-                self.presumed.append(other)
+        self.presumed += self._retire_plane(plane, now)
 
     def take_presumed(self) -> list[Path]:
         """The EVs presumed lost with their plane since the last call."""
@@ -244,12 +245,15 @@ class EvSet:
     def retire_plane(self, plane: int, now: float) -> int:
         """Start `plane`'s EVs retired (the floor kept), to be probed at once: a new
         connection to a peer whose plane an earlier one lost. How many it retired."""
-        n = 0
-        for path in [p for p in self._active if p.plane == plane]:
-            if self._retire(path, now):
-                path.probe_due = now
-                n += 1
-        return n
+        return len(self._retire_plane(plane, now))
+
+    def _retire_plane(self, plane: int, now: float) -> list[Path]:
+        """Retire `plane`'s usable EVs (the floor kept), each probed at once; the retired."""
+        mine = [p for p in self._active if p.plane == plane]  # a copy: _retire edits _active
+        out = [p for p in mine if self._retire(p, now)]
+        for path in out:
+            path.probe_due = now
+        return out
 
     def probes_due(self, now: float) -> list[Path]:
         """The retired EVs to probe now (each counted as sent); a probe still unanswered
@@ -278,9 +282,7 @@ class EvSet:
         if path is None or path.state in USABLE:
             return False
         self.probes_answered += 1
-        self.acks += 1  # an answer proves the path both ways, as an acknowledgement does
-        self.plane_acks[path.plane] += 1
-        path.acked_at = self.acks
+        self._proven(path)  # an answer proves the path both ways, as an acknowledgement does
         path.state, path.probe_out, path.rtt_s = EvState.GOOD, False, rtt_s
         self._active.append(path)
         return True
