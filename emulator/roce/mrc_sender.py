@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import cast
 
-from emulator.roce.mrc_ev import EvSet, EvState, Path
+from emulator.roce.mrc_ev import EvSet, Path
 from emulator.roce.mrc_pace import Pacer
 from emulator.roce.mrc_state import FOREVER, SenderConfig, SenderCounters, SentMessage, SentPacket
 from emulator.roce.mrc_wire import (
@@ -42,7 +42,6 @@ from emulator.roce.nscc import Nscc
 MPR_UNIT = 128  # PSNs per unit of the maximum PSN range
 LINEAR_RETRIES = 7  # ACK timeouts at the base value before they double
 _PSN = 1 << 24
-UNKNOWN = EvState.UNKNOWN
 
 
 @dataclass
@@ -238,8 +237,8 @@ class MrcSender:
     def _ack_range(self, lo: int, hi: int) -> int:
         """`_ack` of every PSN in [lo, hi) (the cumulative acknowledgement's advance: the
         bulk of a SACK's work), inlined; the bytes acknowledged."""
-        pop, acked_paths, done, unknown = self._unacked.pop, self._acked_paths, self._done, UNKNOWN
-        recycle = self.evs.recycle
+        pop, acked_paths, done = self._unacked.pop, self._acked_paths, self._done
+        recycle, ev_acked = self.evs.recycle, self.evs.acked
         acked = inflight = 0
         for psn in range(lo, hi):
             st = pop(psn, None)
@@ -253,8 +252,7 @@ class MrcSender:
             if not st.resent and st.seq > path.seq_acked:  # no EV known: certain if not resent
                 path.seq_acked = st.seq
                 acked_paths.add(path)
-            if path.state is unknown:
-                self.evs.acked(path)
+            ev_acked(path)  # as _ack: the EV set counts every acknowledgement (mrc_ev)
             msg = st.msg
             msg.unacked -= 1
             if msg.unacked == 0 and msg.made == msg.packets:

@@ -148,6 +148,20 @@ def test_poll_burst_is_poll_in_runs():
     assert runs >= 2 and a.counters.losses == b.counters.losses > 0
 
 
+def test_the_cumulative_advance_counts_every_acknowledgement_in_the_ev_set():
+    """A SACK's cumulative range (acknowledged inline, `_ack_range`) tells the EV set of
+    each acknowledgement as a bitmap bit does: "acknowledged lately" and the plane rules
+    of mrc_ev read those counts."""
+    tx = _sender(7)
+    sent = expand(tx.poll_burst(0.0, 30))
+    tx.receive(MrcPacket(0xE2, 0x11, 19, ev=sent[21].ev, bitmap=0b100, ref=21), 0.001)
+    # PSNs 0..18 by the cumulative range, 21 by ref, 22 by the bitmap (bit k: 20 + k)
+    assert tx.evs.acks == 21 == sum(tx.evs.plane_acks)
+    acked = {(p.plane, p.ev) for p in sent[:19]} | {(sent[21].plane, sent[21].ev)}
+    assert {(p.plane, p.ev) for p in tx.evs.paths if p.acked_at > 0} == acked | {
+        (sent[22].plane, sent[22].ev)}
+
+
 def test_endpoint_free_receiver_places_what_runs_carry(w):
     mem = MemoryTable()
     dst = bytearray(8 * MTU)
