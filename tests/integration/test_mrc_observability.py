@@ -57,7 +57,10 @@ def test_a_capture_of_an_mrc_transfer_dissects_with_the_shipped_lua(lab, tmp_pat
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_line(cap, "capturing", 20)
-        res = json.loads(subprocess.run(mrc_transfer(lab, "prefill1", "decode1", "4MiB"),
+        # paced: uncapped, the compiled sender put a whole window (over 200 packets) on the
+        # wire before the first SACK came back, and the 200 captured were all data
+        res = json.loads(subprocess.run(mrc_transfer(lab, "prefill1", "decode1", "4MiB",
+                                                     "--rate", "100M"),
                                         capture_output=True, text=True, timeout=300,
                                         check=True).stdout)
         _, err = cap.communicate(timeout=120)
