@@ -54,15 +54,15 @@ def flow(res: dict[str, Any], label: str, name: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def failure(tmp_path_factory):
-    """The failure comparison's first window: the far link spine1-leaf3 loses carrier
-    and leaf2-spine1 fails silently once each of two capped 128 MiB transfers (RC pinned
-    over them) has sent 16 MiB. The silent-failure lines (RC failed; RC's gap 100x MRC's)
-    are asserted below as one: either holds (on a starved machine RC's doubling retries
-    can outlast BGP's hold timer; MRC's side of the ratio is the machine's floor)."""
+    """The failure comparison's first two windows: the far link spine1-leaf3 loses carrier
+    once a capped 32 MiB transfer (RC pinned over it) has sent 8 MiB, then leaf2-spine1
+    fails silently under another. The silent-failure lines (RC failed; RC's gap 100x
+    MRC's) are asserted below as one: either holds (on a starved machine RC's doubling
+    retries can outlast BGP's hold timer; MRC's side of the ratio is the machine's floor)."""
     path = shortened(tmp_path_factory.mktemp("mrc-failure"), "mrc-vs-rc-failure",
-                     ["link", "link-silent"], actions=4, duration="40s")
+                     ["link", "link-silent"], actions=4, duration="36s")
     doc = yaml.safe_load(path.read_text())
-    doc["expect"] = [e for e in doc["expect"] if "link-silent" not in e]
+    doc["expect"] = [e for e in doc["expect"] if "link-silent" not in e and "10 *" not in e]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return run(path, f"{PREFIX}mf")
 
@@ -78,7 +78,7 @@ def test_failure_mrc_rides_out_both_while_rc_fails_silently_and_waits_for_routin
         f"resent {mrc[n]['retransmitted_packets']} retired {mrc[n]['mrc']['retirements']}"
         for n in ("link", "link-silent")))
     assert res["fabrics"]["mrc"]["summary"]["failed_flows"] == 0  # MRC: no request fails
-    for label in ("rc", "mrc"):  # each fault waited for its flow's first 16 MiB, in time
+    for label in ("rc", "mrc"):  # each fault waited for its flow's first 8 MiB, in time
         faults_ = [e for e in res["fabrics"][label]["events"] if e.get("action") == "fail"]
         assert len(faults_) == 2 and not any(e.get("late") for e in faults_), faults_
     # each fault landed mid-data on both transports: each lost packets to it
@@ -89,8 +89,11 @@ def test_failure_mrc_rides_out_both_while_rc_fails_silently_and_waits_for_routin
     assert silent_rc["failed"] or (silent_rc["longest_interruption_s"]
                                    >= 100 * silent_mrc["longest_interruption_s"])
     # carrier loss on the far link: RC waits out the blackhole until BGP moves leaf1 off
-    # spine1, MRC's EVs through spine2 keep placing (measured 4.4-15x; the file says 2x)
-    assert rc["link"]["longest_interruption_s"] >= 2 * mrc["link"]["longest_interruption_s"]
+    # spine1 (>= 0.12 s), MRC's EVs through spine2 keep placing. The shipped file asks
+    # 10x (measured 16-26x with one flow a window on a quiet machine); 3x here leaves MRC
+    # room for an engine waiting ~40 ms for a core on a loaded one, and still fails an MRC
+    # that waits out an ACK timeout (67 ms) like RC
+    assert rc["link"]["longest_interruption_s"] >= 3 * mrc["link"]["longest_interruption_s"]
 
 
 @pytest.fixture(scope="module")
