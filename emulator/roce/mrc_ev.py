@@ -146,6 +146,38 @@ class EvSet:
             path = active[self._cursor]
         return path
 
+    def take(self, n: int) -> list[Path]:
+        """`next()` `n` times: the EVs of a run of `n` new packets, in one call (the
+        sender's hot path; the Recycler's pick inlined)."""
+        lb = self.lb
+        fresh, usable, out = lb.fresh, lb.usable, []
+        for _ in range(n):
+            lb.picks = picks = lb.picks + 1
+            while fresh:
+                path = fresh.popleft()
+                if path.state in usable and path.aside_until <= picks:
+                    lb.recycled += 1
+                    break
+            else:
+                active = self._active
+                self._cursor = (self._cursor + 1) % len(active)
+                path = active[self._cursor]
+                if lb.aside(path):
+                    path = self._not_aside(path)
+            out.append(path)
+        return out
+
+    def acked_all(self, paths: list[Path]) -> None:
+        """`acked` of each of `paths`, in order (a cumulative acknowledgement's advance)."""
+        acks, plane_acks, unknown, good = self.acks, self.plane_acks, EvState.UNKNOWN, EvState.GOOD
+        for path in paths:
+            acks += 1
+            plane_acks[path.plane] += 1
+            path.acked_at = acks
+            if path.state is unknown:
+                path.state = good
+        self.acks = acks
+
     def _not_aside(self, path: Path) -> Path:
         """The round robin's next EV not set aside from `path` on (`path` if all are)."""
         active, n, lb = self._active, len(self._active), self.lb
@@ -261,6 +293,8 @@ class EvSet:
         multi-plane connection, first looks for a silent plane."""
         if self._multiplane:
             self._watch_planes(now)
+        elif len(self._active) == len(self.paths):  # none retired: nothing to probe
+            return []
         due = []
         for path in self.paths:
             if path.state in USABLE or path.probe_due > now:
@@ -288,6 +322,8 @@ class EvSet:
         return True
 
     def next_probe(self) -> float | None:
+        if len(self._active) == len(self.paths):
+            return None
         due = [p.probe_due for p in self.paths if p.state not in USABLE]
         return min(due) if due else None
 

@@ -146,10 +146,9 @@ class MrcSender:
 
     def _run(self, msg: SentMessage, start: int, stop: int, psn: int, now: float) -> MrcRun:
         """Packets start..stop-1 of `msg` (full-MTU, from `psn`), each on the next EV."""
-        unacked, next_ev, mtu, tx = self._unacked, self.evs.next, self.config.mtu, self._tx
+        unacked, mtu, tx = self._unacked, self.config.mtu, self._tx
         evs = []
-        for index in range(start, stop):
-            path = next_ev()
+        for index, path in enumerate(self.evs.take(stop - start), start):
             unacked[psn] = st = SentPacket(psn, msg, index, mtu, path, now, tx, path.seq_sent)
             path.seq_sent += 1
             path.queue.append(st)
@@ -238,7 +237,8 @@ class MrcSender:
         """`_ack` of every PSN in [lo, hi) (the cumulative acknowledgement's advance: the
         bulk of a SACK's work), inlined; the bytes acknowledged."""
         pop, acked_paths, done = self._unacked.pop, self._acked_paths, self._done
-        recycle, ev_acked = self.evs.recycle, self.evs.acked
+        recycled: list[Path] = []  # each EV whose packet came back, in order (mrc_lb)
+        ev_acked: list[Path] = []  # as _ack: the EV set counts every acknowledgement (mrc_ev)
         acked = inflight = 0
         for psn in range(lo, hi):
             st = pop(psn, None)
@@ -248,15 +248,17 @@ class MrcSender:
             path = st.path
             if not st.lost:
                 inflight += st.length
-                recycle(path)
+                recycled.append(path)
             if not st.resent and st.seq > path.seq_acked:  # no EV known: certain if not resent
                 path.seq_acked = st.seq
                 acked_paths.add(path)
-            ev_acked(path)  # as _ack: the EV set counts every acknowledgement (mrc_ev)
+            ev_acked.append(path)
             msg = st.msg
             msg.unacked -= 1
             if msg.unacked == 0 and msg.made == msg.packets:
                 done.append((msg.wr_id, True))
+        self.evs.lb.fresh.extend(recycled)
+        self.evs.acked_all(ev_acked)
         self._inflight -= inflight
         return acked
 
@@ -290,7 +292,7 @@ class MrcSender:
         for path in self._acked_paths:
             queue, limit = path.queue, path.seq_acked - allowance
             while queue:
-                st = cast(SentPacket, queue[0])  # stale once acked, lost or resent elsewhere
+                st: SentPacket = queue[0]  # stale once acked, lost or resent elsewhere
                 if st.path is path and not st.lost and unacked.get(st.psn) is st:
                     if st.seq >= limit:
                         break
