@@ -3,8 +3,10 @@
 On an unshaped clos-2x4 (lab `bench-mrc`; $ROCELAB_BENCH_PREFIX replaces `bench-`),
 prefill1 -> decode1 moves SIZE bytes `repeats` times each way, RC and MRC
 interleaved so both see the same machine; the medians are compared (target:
-MRC >= 0.9 of RC). Beside goodput, each transfer's CPU seconds in the two engines
-(prefill1's and decode1's processes, /proc/PID/stat; `receiver_cpu_s`: decode1's alone):
+MRC >= 0.9 of RC), and so is each MRC run with the RC run just before it
+(`pair_ratios`, their median `pair_ratio_median`). Beside goodput, each transfer's
+CPU seconds in the two engines (prefill1's and decode1's processes, /proc/PID/stat;
+`receiver_cpu_s`: decode1's alone):
 on a loaded 2-core machine the goodput ratio moves with the other load, what each
 transport costs per byte much less.
 Then one MRC transfer meets a silent leaf1-spine1 failure once an eighth of its bytes
@@ -71,12 +73,16 @@ def clean_path(plan: Plan, repeats: int, log: Callable[[str], None]) -> dict[str
             log(f"mrc bench {transport} run {i + 1}/{repeats}: {res['goodput_gbps']} Gbit/s, "
                 f"{cpu[transport][-1]} CPU s")
     rc, mrc = statistics.median(runs["rc"]), statistics.median(runs["mrc"])
+    # each MRC run against the RC run just before it: the two saw nearly the same machine,
+    # so a load that drifts over the section moves both halves of a pair alike
+    pairs = [round(m / r, 3) for r, m in zip(runs["rc"], runs["mrc"]) if r]
     rc_cpu, mrc_cpu = statistics.median(cpu["rc"]), statistics.median(cpu["mrc"])
     return {"bytes": SIZE, "rc_goodput_gbps": rc, "mrc_goodput_gbps": mrc,
             "ratio": round(mrc / rc, 3) if rc else None, "target_ratio": TARGET_RATIO,
             # best of each: what each transport can do when the 2 shared cores let it (the
             # median above swings with the machine even at load 1; docs/mrc.md "Speed")
             "best_ratio": round(max(runs["mrc"]) / max(runs["rc"]), 3) if rc else None,
+            "pair_ratios": pairs, "pair_ratio_median": statistics.median(pairs) if pairs else None,
             "meets_target": bool(rc) and mrc / rc >= TARGET_RATIO, "runs": runs,
             "cpu_s": cpu, "cpu_ratio": round(mrc_cpu / rc_cpu, 3) if rc_cpu else None,
             "receiver_cpu_s": cpu_rx,
