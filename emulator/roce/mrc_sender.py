@@ -57,7 +57,7 @@ class MrcSender:
         self.error: str | None = None
         self._msgs: deque[SentMessage] = deque()
         self._numbers = 0
-        self._next_psn = self._cack = self._tx = 0
+        self._next_psn = self._cack = 0
         self._acked_paths: set[Path] = set()  # EVs whose acknowledged order moved this SACK
         self._pace = Pacer(self.config.rate_bps, 4 * self.config.mtu)
         self._unacked: dict[int, SentPacket] = {}  # transmission order (a resend moves to the end)
@@ -146,18 +146,16 @@ class MrcSender:
 
     def _run(self, msg: SentMessage, start: int, stop: int, psn: int, now: float) -> MrcRun:
         """Packets start..stop-1 of `msg` (full-MTU, from `psn`), each on the next EV."""
-        unacked, mtu, tx = self._unacked, self.config.mtu, self._tx
+        unacked, mtu = self._unacked, self.config.mtu
         evs = []
         for index, path in enumerate(self.evs.take(stop - start), start):
-            unacked[psn] = st = SentPacket(psn, msg, index, mtu, path, now, tx, path.seq_sent)
+            unacked[psn] = st = SentPacket(psn, msg, index, mtu, path, now, path.seq_sent)
             path.seq_sent += 1
             path.queue.append(st)
             path.packets += 1
             path.bytes += mtu
             evs.append(path.plane << 16 | path.ev)
             psn += 1
-            tx += 1
-        self._tx = tx
         msg.made = stop
         msg.unacked += stop - start
         off = start * mtu
@@ -167,8 +165,7 @@ class MrcSender:
 
     def _track(self, psn: int, msg: SentMessage, index: int, n: int, path: Path, now: float) -> SentPacket:
         """A new packet's state: outstanding, queued on its EV, counted on its path."""
-        self._unacked[psn] = st = SentPacket(psn, msg, index, n, path, now, self._tx, path.seq_sent)
-        self._tx += 1
+        self._unacked[psn] = st = SentPacket(psn, msg, index, n, path, now, path.seq_sent)
         path.seq_sent += 1
         path.queue.append(st)
         path.packets += 1
@@ -179,7 +176,7 @@ class MrcSender:
     def _resent(self, st: SentPacket, now: float) -> MrcPacket:
         del self._unacked[st.psn]
         self._unacked[st.psn] = st
-        st.lost, st.sent, st.tx, st.resent = False, now, self._tx, True
+        st.lost, st.sent, st.resent = False, now, True
         st.path = path = self.evs.next(avoid=st.path)
         st.seq = path.seq_sent
         path.seq_sent += 1
@@ -189,7 +186,6 @@ class MrcSender:
         c.retransmitted_bytes += n
         c.packets_sent, c.bytes_sent = c.packets_sent + 1, c.bytes_sent + n
         path.packets, path.bytes = path.packets + 1, path.bytes + n
-        self._tx += 1
         self._inflight += n
         return self._packet(st, now)
 

@@ -31,7 +31,6 @@ class SentPacket:
     length: int
     path: Path
     sent: float
-    tx: int
     seq: int = 0  # its place in its EV's sending order
     retries: int = 0
     lost: bool = False
