@@ -31,6 +31,7 @@ from ..procs import kill_pids
 from ..spec import FabricMode
 from ..tools import vtysh
 from ..units import parse_duration, parse_size
+from .action_spec import OnceSent
 from .spec import Action
 
 
@@ -158,6 +159,20 @@ def release(plan: Plan, knobs: set[tuple[str, str]]) -> None:
 SENT_POLL_S = 0.02  # how often an action waiting on a flow's bytes (`once_sent`) looks
 
 
+def await_sent(sent: Callable[[str], int], need: OnceSent, deadline: float | None,
+               halt: threading.Event) -> bool:
+    """Wait until flow `need.flow` has sent `need.bytes` (an action's or a flow's
+    `once_sent`); True if the deadline came first (the held one then goes ahead, late).
+    Returns False at once when `halt` is set."""
+    target, end = parse_size(need.bytes), deadline or time.monotonic() + 60.0
+    while sent(need.flow) < target:
+        if time.monotonic() >= end:
+            return True
+        if halt.wait(SENT_POLL_S):
+            return False
+    return False
+
+
 class Timeline(threading.Thread):
     def __init__(self, plan: Plan, actions: list[Action], t0: float,
                  deadline: float | None = None, sent: Callable[[str], int] | None = None):
@@ -218,16 +233,9 @@ class Timeline(threading.Thread):
     def _await_sent(self, action: Action) -> bool:
         """Hold `action` until its `once_sent` flow has sent that much; True if the
         experiment's deadline came first (it then runs anyway, late)."""
-        need = action.once_sent
-        if need is None or self.sent is None:
+        if action.once_sent is None or self.sent is None:
             return False
-        target, end = parse_size(need.bytes), self.deadline or time.monotonic() + 60.0
-        while self.sent(need.flow) < target:
-            if time.monotonic() >= end:
-                return True
-            if self._halt.wait(SENT_POLL_S):
-                return False
-        return False
+        return await_sent(self.sent, action.once_sent, self.deadline, self._halt)
 
     def finish(self, deadline: float) -> None:
         """Let the remaining actions run (a heal must not be skipped), up to `deadline`."""

@@ -89,6 +89,9 @@ class FlowRun(threading.Thread):
         super().__init__(name=f"flow-{flow.name}", daemon=True)
         self.plan, self.flow, self.t0 = plan, flow, t0
         self.start_at = t0 + parse_duration(flow.at)
+        self.deadline = deadline
+        # another flow's bytes on the wire so far, by name (`once_sent`); set by the run
+        self.sent_by: Callable[[str], int] | None = None
         self.job = _job(flow, deadline - self.start_at, plan.dilation)
         self.series: list[tuple[float, float]] = []
         self.results: list[dict[str, Any]] = []  # one per transfer (`repeat`)
@@ -115,6 +118,8 @@ class FlowRun(threading.Thread):
 
     def run(self) -> None:
         time.sleep(max(0.0, self.start_at - time.monotonic()))  # the timeline, not a sync
+        if self.flow.once_sent is not None and self.sent_by is not None:
+            actions.await_sent(self.sent_by, self.flow.once_sent, self.deadline, threading.Event())
         self.started = time.monotonic()
         self.series.append((round(self.started - self.t0, 4), 0))
         src, dst = self.plan.node(self.flow.src), self.plan.node(self.flow.dst)
@@ -390,11 +395,8 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
     deadline = t0 + parse_duration(exp.duration)
     sampler = Sampler(plan, parse_duration(exp.sample_every), t0) if plan.congestion else None
     pfc0 = pfc_snapshot(plan)
-    flows = [FlowRun(plan, f, t0, deadline) for f in exp.flows]
-    for f in flows:
-        f.pin()
-    timeline = actions.Timeline(plan, exp.actions, t0, deadline,
-                                sent=lambda name: next(f for f in flows if f.flow.name == name).sent())
+    flows = _flow_runs(exp, plan, t0, deadline)
+    timeline = actions.Timeline(plan, exp.actions, t0, deadline, sent=_by_name(flows))
     with contextlib.ExitStack() as stack:
         stack.callback(snaps.close)
         stack.callback(counters.stop)  # idempotent: the sockets are closed on any error too
@@ -428,6 +430,21 @@ def _execute(exp: Experiment, plan: Plan, progress: Progress, measures: Sequence
         lossless_drops(plan) if plan.congestion else None,
         counters=recorded, measured=measured, evidence=evidence,
         trimming=sampler.trims if sampler else None))
+
+
+def _flow_runs(exp: Experiment, plan: Plan, t0: float, deadline: float) -> list[FlowRun]:
+    """Every flow's thread, pinned to its spine (`via`) and able to see the others'
+    progress (`once_sent`)."""
+    flows = [FlowRun(plan, f, t0, deadline) for f in exp.flows]
+    for f in flows:
+        f.pin()
+        f.sent_by = _by_name(flows)
+    return flows
+
+
+def _by_name(flows: list[FlowRun]) -> Callable[[str], int]:
+    """A flow's bytes on the wire so far, by name: what a `once_sent` waits on."""
+    return lambda name: next(f for f in flows if f.flow.name == name).sent()
 
 
 def _fault_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from ..engine.kv import DTYPE_BYTES, MODELS
 from ..errors import SpecError
 from ..spec import Strict, load_model, located, read_yaml
 from ..units import parse_duration, parse_size, speed_or_zero
-from .action_spec import Action, Duration
+from .action_spec import Action, Duration, OnceSent
 from .expect_lines import parse as parse_expect
 
 FABRIC_LABEL = re.compile(r"^[a-z][a-z0-9]{0,7}$")  # short lowercase words: l2, l3, evpn
@@ -67,6 +67,10 @@ class Flow(Strict):
     unloaded: str | None = Field(
         None, description="Another flow of this experiment, the same transfer without the "
         "load: results give this flow's slowdown (its FCT over that flow's)")
+    once_sent: OnceSent | None = Field(
+        None, description="{flow: bulk, bytes: 1MiB}: not before `at`, and not before that "
+        "other flow has sent this much, so the flow meets the traffic it is meant to meet "
+        "however long that one's set-up takes (at the experiment's end at the latest)")
 
     @model_validator(mode="after")
     def _one_size(self) -> Flow:
@@ -298,6 +302,17 @@ class Experiment(Strict):
             if f.unloaded is not None and (f.unloaded == f.name or f.unloaded not in names):
                 raise ValueError(f"flow {f.name!r}: unloaded: {f.unloaded!r} is not another "
                                  f"flow; flows: {', '.join(names)}")
+        return v
+
+    @field_validator("flows")
+    @classmethod
+    def _flows_once_sent(cls, v: list[Flow]) -> list[Flow]:
+        names = [f.name for f in v]
+        for f in v:
+            held = f.once_sent.flow if f.once_sent is not None else None
+            if held is not None and (held == f.name or held not in names):
+                raise ValueError(f"flow {f.name!r}: once_sent: {held!r} is not another flow; "
+                                 f"flows: {', '.join(names)}")
         return v
 
     @field_validator("duration", "sample_every", "steady_after")

@@ -49,8 +49,11 @@ def test_loss_makes_roce_retransmit_and_heal_takes_it_away(lab):
     (f,) = st["faults"]
     assert f["loss_pct"] == 5 and not st["healthy"]
     lossy = transfer(lab)
+    # The loss's effect on this unshaped lab is in what the fabric did (frames dropped, RoCE
+    # resent them), not in goodput against the clean run's: both are as fast as the CPU is at
+    # that moment. The slowdown is asserted on the shaped lab, flows side by side in one run
+    # (test_gray_faults_in_an_experiment, experiments/gray-link.yaml).
     assert lossy["integrity_ok"] and lossy["retransmitted_packets"] > 0
-    assert lossy["goodput_gbps"] < clean["goodput_gbps"]
     hit = json.loads(cli("status", lab.name, "--json", check=False).stdout)["faults"][0]
     assert hit["dropped_packets"] > 0  # the chain's own counter: frames it dropped
     cli("heal", lab.name, "link", *LINK)
@@ -67,16 +70,24 @@ def test_corruption_is_seen_as_bad_icrc_and_heal_takes_it_away(lab):
     assert transfer(lab)["bad_icrc"] == 0
 
 
-def test_a_degraded_optic_caps_goodput_and_heal_restores_it(lab):
-    cli("fail", lab.name, "link", *LINK, "--rate", "200M")
+def _capped(lab) -> bool:
+    """Is the degraded optic's shaper (HTB 1f:) on leaf1's port to prefill1?"""
     qdisc = subprocess.run(["tc", "-n", f"{lab.name}-leaf1", "-j", "qdisc", "show", "dev", "prefill1"],
                            capture_output=True, text=True, check=True).stdout
-    assert any(q["kind"] == "htb" and q["handle"] == "1f:" for q in json.loads(qdisc))
+    return any(q["kind"] == "htb" and q["handle"] == "1f:" for q in json.loads(qdisc))
+
+
+def test_a_degraded_optic_caps_goodput_and_heal_restores_it(lab):
+    cli("fail", lab.name, "link", *LINK, "--rate", "200M")
+    assert _capped(lab)
     slow = transfer(lab)
     assert slow["integrity_ok"] and slow["goodput_gbps"] < 0.2  # 200 Mbit/s at most
     cli("heal", lab.name, "link", *LINK)
     assert not effects(lab)
-    assert transfer(lab)["goodput_gbps"] > 0.5
+    # Restored: the shaper is gone from the port. Not `goodput > 0.5 Gbit/s`: unshaped, that
+    # is how fast the CPU moves packets today, not what the link allows.
+    assert not _capped(lab)
+    assert transfer(lab)["integrity_ok"]
 
 
 @pytest.mark.parametrize("args, field", [

@@ -76,8 +76,17 @@ def test_storm_stays_in_the_lab_and_stops_on_time(clos_cc):
     try:
         f = _run("l2-vs-l3-storm", SHARED, keep=True)  # the l2 lab stays up to look at
         storm, quiet = f["l2"]["traffic"], f["l3"]["traffic"]
-        assert storm["bystanders"]["rx_packets"] > 10_000  # every host got the storm
-        assert all(v > 100_000 for v in storm["bystanders"]["by_host"].values())
+        # A loop: the one broadcast came back around. A loop-free leaf sends a broadcast up
+        # each forwarding uplink once (2 here, 1 with STP on); the storm sends thousands. Not
+        # a floor on the storm's size: that is the shaped rate times how long the loop stayed
+        # open (wall-clock actions) and, on a loaded machine, how fast the kernel forwards.
+        burst = next(e for e in f["l2"]["events"] if e["kind"] == "broadcast")
+        assert burst["uplink_copies_per_frame"] >= 10, burst
+        # Every host got the storm: flooding puts on a host's port what each of spine2's
+        # four ports carried (~0.25 of its bytes, whatever the storm's size); measured 0.235
+        # to 0.257 quiet and with busy loops on both cores.
+        share = {h: b / storm["spine_bytes"]["spine2"] for h, b in storm["bystanders"]["by_host"].items()}
+        assert all(v >= 0.125 for v in share.values()), share
         assert quiet["bystanders"]["rx_packets"] < 1000
         assert f["l2"]["flows"][0]["integrity_ok"]  # the victim rode it out
         plan = state.lab_plan(f"{SHARED}-l2")
@@ -86,7 +95,7 @@ def test_storm_stays_in_the_lab_and_stops_on_time(clos_cc):
         before = sum(c["tx_packets"] for c in forwarding.port_counters(spine).values())
         time.sleep(1.0)
         after = sum(c["tx_packets"] for c in forwarding.port_counters(spine).values())
-        assert after - before < 100  # the storm ran at ~40,000 frames/s through spine1
+        assert after - before < 100  # the storm ran at ~14,000 frames/s through spine1 (quiet)
         # ... and the watchdog stood down when STP came back on.
         mine = [pid for pid, tag in procs.tagged_processes().items() if tag == plan.lab]
         assert not [p for p in mine if b"emulator.watchdog" in _cmdline(p)]
