@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..experiment.analysis import rates
+from ..experiment.series import rates
 from ..experiment.traffic import spine_series
 from ..units import Dilation
 from . import data as data_mod
