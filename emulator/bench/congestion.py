@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import forwarding, lab, netns, state
-from ..experiment import analysis, runner
+from ..experiment import runner
+from ..experiment.series import convergence_time
 
 TOPOLOGY = "topologies/clos-2x4-cc.yaml"
 NAME = "bench-cc"
@@ -63,7 +64,7 @@ def run(repeats: int = 1, log=lambda m: print(m, file=sys.stderr)) -> dict[str, 
         f["name"]: _cumulative(f["rate_series"]) for f in incast["flows"]}
     start = min(f["start_s"] for f in incast["flows"])
     end = min(f["end_s"] for f in incast["flows"] if f["end_s"])
-    conv = analysis.convergence_time(series, start, end, window=1.0)
+    conv = convergence_time(series, start, end, window=1.0)
     return {
         "dilation": cp.dilation, "link_rate_bps": cp.rate_bps, "shaping": shaping,
         "pfc_reaction_us": {"p50": storm["pfc"]["reaction_us_p50"],

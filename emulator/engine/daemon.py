@@ -7,6 +7,10 @@ over TCP to the peer engine's port 18515 and exchanges QPNs, PSNs, rkey and
 VA; the data then moves as RoCEv2 on UDP 4791. The CLI talks to each engine
 over a unix socket in the lab's run dir (`transfer`, `stats`, `ping`, `prepare`: make a
 coming transfer's test data ahead of it).
+
+`Engine` holds what the host's transfers share (its QPNs, its data thread, DCQCN, the
+regions peers may make it hold), serves both sockets and answers `stats`; each
+transfer's two sides are `rc.py` (RC QPs) and `mrc.py` (an MRC connection).
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,23 +34,20 @@ from ..histogram import TRANSFER_BUCKETS, Histogram
 from ..perftest.session import Options
 from ..roce import wire
 from ..roce.dcqcn import CHOICES, ReactionPoint
-from ..roce.endpoint import qp_sport
 from ..roce.memory import MemoryRegion
 from ..roce.rc import QueuePair
 from ..roce.verbs import MAX_RD_ATOMIC, QpConfig
 from ..rundirs import PRIVATE_UMASK
-from . import mrc
+from . import mrc, rc
 from .config import EngineConfig
-from .datathread import DataPlane, FlowKey, Watch, reductions
-from .descriptors import QPS_PER_NIC, SQ_DEPTH, Feeder, qp_of
-from .job import CONTROL_PORT, SUM_KEYS, Job, Op, digest, flow_of, prepare_source, source_bytes, source_digest
+from .datathread import DataPlane, FlowKey, reductions
+from .job import CONTROL_PORT, Job, prepare_source
 from .jsonlines import Channel
 from .paced import PacedQueuePair
 from .perftest import PerftestJobs, is_engine_peer
 from .regions import Regions
 
 log = logging.getLogger("rocelab.engine")
-PROGRESS_EVERY_S = 0.25
 # Outstanding READs: the initiator depth (ORD) and the responder's resources (IRD),
 # as rxe has them; the exchange carries IRD, ORD = min(own, peer's IRD).
 ORD = IRD = MAX_RD_ATOMIC
@@ -55,28 +56,6 @@ PEER_REPLY_S = 60.0  # a peer's reply may wait out a repair: BGP's 9 s hold + TC
 
 
 ACK_TIMEOUT_BACKOFF = 16  # a flow's ack_timeout doubles per retry up to this many times it
-
-
-@dataclass(frozen=True)
-class Timing:
-    """A transfer's moments (time.monotonic): set-up began, the data began, the data ended."""
-
-    setup: float
-    start: float
-    end: float
-
-    @property
-    def data_s(self) -> float:
-        return self.end - self.start
-
-    @property
-    def setup_s(self) -> float:
-        return self.start - self.setup
-
-    @property
-    def handoff_s(self) -> float:
-        """From asking for the transfer to holding its data."""
-        return self.end - self.setup
 
 
 class Engine:
@@ -303,113 +282,7 @@ class Engine:
         with self.regions.hold(job.region_bytes, "this transfer"):
             if job.transport == "mrc":
                 return mrc.initiate(self, job, peer_ip, cli, _connect_peer(peer_ip))
-            return self._initiate(job, peer_ip, cli)
-
-    def _initiate(self, job: Job, peer_ip: str, cli: Channel) -> dict[str, Any]:
-        if job.stripe:  # Mooncake: 2 QPs per NIC, QP i on rail i mod NICs
-            job = replace(job, qps=QPS_PER_NIC * len(self.ips))
-        segments = job.segments()
-        holds_source = job.op is Op.WRITE
-        buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
-        mr = self.dp.call(lambda: self.dp.memory.register(buf))
-        local = self.new_qpns(job.qps)
-        qpns = [q["qpn"] for q in local]
-        t_setup, feed = time.monotonic(), None
-        try:
-            with Channel(_connect_peer(peer_ip)) as peer:
-                peer.send({"cmd": "accept", "job": job.to_json(), "qps": local, "ip": self.ip,
-                           "ips": self.ips})
-                reply = peer.recv()
-                if reply.get("event") == "error":
-                    raise EngineError(f"peer {peer_ip}: {reply['error']}")
-                qps = self.new_qps(job, local, reply["qps"])
-                watch = Watch(len(segments), {i: s.length for i, s in enumerate(segments)})
-                t0 = time.monotonic()
-                peer_ips = reply.get("ips") or [peer_ip]
-                flow = flow_of(job, self.host, peer_ip, initiator=True)
-                feed = self.dp.call(lambda: self._post(job, qps, segments, buf, reply, peer_ips,
-                                                       watch, flow))
-                self._wait(job, qps, watch, cli, t0)
-                t1 = time.monotonic()
-                counters = self.dp.call(lambda: self.dp.remove(qpns))
-                peer.send({"cmd": "finish"})
-                fin = peer.recv()
-        finally:  # a failed transfer must not leave QPs or memory behind
-            self.dp.call(lambda: self._release(qpns, mr, feed))
-        mine = source_digest(job, buf, segments) if holds_source else digest(buf, segments, "dst")
-        timing = Timing(t_setup, t0, t1)
-        self.dp.call(lambda: self._finished(flow, timing.data_s, timing.handoff_s))
-        return self._result(job, qps, counters, fin, mine, watch, timing)
-
-    def _release(self, qpns: list[int], mr: MemoryRegion,
-                 feed: Callable[[float], None] | None = None) -> None:
-        """Remove a transfer's QPs and deregister its memory (on the data thread); stop
-        `feed`ing its ops."""
-        if feed in self.dp.tickers:
-            self.dp.tickers.remove(feed)
-        self.dp.remove(qpns)
-        self.dp.memory.deregister(mr)
-
-    def _post(self, job: Job, qps: Sequence[QueuePair], segments, buf: bytearray, reply: dict,
-              peer_ips: list[str], watch: Watch, flow: FlowKey) -> Callable[[float], None] | None:
-        """(data thread) Serve the QPs and post the ops, batch by batch when `job.piece` is
-        set (descriptors.Feeder); return the ticker still posting (None: all posted)."""
-        view = memoryview(buf)
-        va, rkey = reply["va"], reply["rkey"]
-        for i, qp in enumerate(qps):  # QP i on rail i: NIC i mod NICs at each end
-            self.dp.add(qp, peer_ips[i % len(peer_ips)], watch, self.ips[i % len(self.ips)], flow)
-
-        def post(i: int, q: int) -> None:  # messages round-robin over QPs: per-QP ECMP entropy
-            s, qp = segments[i], qps[q]
-            if job.op is Op.WRITE:
-                qp.post_write(i, view[s.src_offset:s.src_offset + s.length], va + s.dst_offset, rkey)
-            else:
-                qp.post_read(i, view[s.dst_offset:s.dst_offset + s.length], va + s.src_offset, rkey)
-
-        rails = len(self.ips)
-        feeder = Feeder(len(segments), len(qps), post,
-                        lambda i: qp_of(i, len(qps), rails, job.stripe), lambda: watch.completed,
-                        depth=SQ_DEPTH if job.piece else len(segments))  # whole messages: all at once
-        self.dp.flows[flow].work_requests += len(segments)
-        feeder.tick()
-        if feeder.finished:
-            return None
-        self.dp.tickers.append(feeder.tick)
-        return feeder.tick  # _release takes it off the tickers
-
-    def _wait(self, job: Job, qps: Sequence[QueuePair], watch: Watch, cli: Channel, t0: float) -> None:
-        deadline = t0 + job.timeout_s
-        every = float(job.extra.get("progress_s", PROGRESS_EVERY_S))
-        while not watch.done.wait(every):
-            # Payload bytes put on the wire (retransmissions included): read without
-            # the data thread's help, since ints only grow and a stale one is harmless.
-            sent = sum(q.counters.bytes_sent for q in qps)
-            cli.send({"event": "progress", "bytes": watch.bytes_done, "sent": sent,
-                      "total": job.payload_bytes})
-            if time.monotonic() > deadline:
-                watch.fail(f"not finished within {job.timeout_s:.0f} s")
-        if watch.error:
-            raise EngineError(f"transfer failed: {watch.error}")
-
-    def _result(self, job: Job, qps, counters, fin, mine, watch, timing: Timing) -> dict[str, Any]:
-        ours = list(counters.values())
-        theirs = list(fin.get("counters", {}).values())
-        total = {k: sum(c.get(k, 0) for c in ours + theirs) for k in SUM_KEYS}
-        receivers = theirs if job.op is Op.WRITE else ours  # where the data lands
-        interruption = max((c.get("max_rx_gap_s", 0.0) for c in receivers), default=0.0)
-        dur = max(timing.data_s, 1e-9)
-        return {
-            "op": job.op.value, "bytes": job.payload_bytes, "duration_s": round(dur, 6),
-            "setup_s": round(timing.setup_s, 6), "handoff_s": round(timing.handoff_s, 6),
-            "goodput_gbps": round(job.payload_bytes * 8 / dur / 1e9, 4),
-            "messages": watch.expected, "integrity_ok": mine == fin.get("digest"),
-            "digest": mine, "interruption_s": interruption, **total, "transport": "rc",
-            "longest_interruption_s": interruption, "failed": False, "error": None,
-            "qps": [{"qpn": q.qpn, "remote_qpn": q.config.remote_qpn,
-                     "udp_sport": qp_sport(q.config), "local_ip": self.ips[i % len(self.ips)],
-                     "dcqcn": counters[q.qpn].get("dcqcn"),  # None: DCQCN off on this QP
-                     **{k: counters[q.qpn].get(k, 0) for k in SUM_KEYS}} for i, q in enumerate(qps)],
-        }
+            return rc.initiate(self, job, peer_ip, cli, _connect_peer)
 
     def on_peer(self, ch: Channel) -> None:
         """Responder side: register the region, create QPs, wait for `finish`."""
@@ -421,34 +294,7 @@ class Engine:
             if job.transport == "mrc":
                 mrc.respond(self, ch, msg, job)
             else:
-                self._respond(ch, msg, job)
-
-    def _respond(self, ch: Channel, msg: dict[str, Any], job: Job) -> None:
-        holds_source = job.op is Op.READ
-        buf = source_bytes(job) if holds_source else bytearray(job.region_bytes)
-        mr = self.dp.call(lambda: self.dp.memory.register(buf))
-        local = self.new_qpns(job.qps)
-        qps = self.new_qps(job, local, msg["qps"])
-        peer_ips = msg.get("ips") or [msg["ip"]]
-        flow = flow_of(job, self.host, msg["ip"], initiator=False)
-        def add_all() -> None:
-            for i, qp in enumerate(qps):
-                self.dp.add(qp, peer_ips[i % len(peer_ips)], None, self.ips[i % len(self.ips)], flow)
-
-        self.dp.call(add_all)
-        try:
-            ch.send({"event": "accepted", "qps": local, "va": mr.va, "rkey": mr.rkey,
-                     "ips": self.ips})
-            fin = ch.recv()
-        finally:
-            counters = self.dp.call(lambda: self.dp.remove([q.qpn for q in qps]))
-            self.dp.call(lambda: self.dp.memory.deregister(mr))
-        if fin.get("cmd") == "finish":
-            segments = job.segments()
-            mine = source_digest(job, buf, segments) if holds_source else digest(buf, segments, "dst")
-            ch.send({"event": "finished", "digest": mine,
-                     "counters": {str(k): v for k, v in counters.items()}})
-
+                rc.respond(self, ch, msg, job)
 
 def bind_private(sock: socket.socket, path: Path) -> None:
     """Bind a unix socket that only its owner (root) can connect to: 0600, whatever the

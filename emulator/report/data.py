@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..experiment.analysis import rates
+from ..experiment.series import rates
 from ..plan.congestion import CNP_TC
 from ..units import Dilation
 

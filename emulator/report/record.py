@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..experiment.analysis import rates
 from ..experiment.sampler import Sampler, pfc_snapshot
+from ..experiment.series import rates
 from ..metrics.collectors import interface
 from ..metrics.snapshot import PortSample
 from ..plan import Plan

@@ -3,14 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.experiment.analysis import (
-    COUNTERS,
-    bottleneck,
-    bytes_between,
-    convergence_time,
-    mean_rate,
-    rates,
-)
+from emulator.experiment.analysis import COUNTERS
+from emulator.experiment.series import bottleneck, bytes_between, convergence_time, mean_rate, rates
 from emulator.stats import jain, p50_p99
 
 

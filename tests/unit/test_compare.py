@@ -12,7 +12,8 @@ import pytest
 
 from emulator.errors import ExitCode, RocelabError, SpecError
 from emulator.experiment import compare, expect_lines, runner, traffic
-from emulator.experiment.analysis import FlowRecord, flow_summary, interruption, summary
+from emulator.experiment.analysis import FlowRecord, flow_summary, summary
+from emulator.experiment.series import interruption
 from emulator.experiment.spec import load, load_fabrics
 from emulator.lab import load_topology
 from emulator.units import Dilation

@@ -111,3 +111,70 @@ def test_one_topology_reports_do_not_change_with_the_new_keys(tmp_path):
     plan = load_topology(TOPOS / "clos-2x4-cc.yaml", "rep")[1]
     write(tmp_path, more, plan)  # and it draws
     assert (tmp_path / "report.md").read_text() == markdown.render(b, "topology.png")
+
+
+# A short mrc-vs-rc-failure run (one flow, 128 MiB at 200 Mbit/s; leaf3-spine1 fails by
+# carrier loss once 16 MiB are sent, heals at 12 s), trimmed: no evidence, no traffic
+# series, the MRC paths that carried bytes (the first 4), every 4th rate sample.
+MRC_RECORDED = Path(__file__).parent / "fixtures" / "compare" / "mrc-failure-results.json"
+
+
+def _drawn(monkeypatch, d: report_compare.CompareData, tmp_path: Path):
+    """The axes compare_interruption draws on."""
+    from emulator.report import plots
+
+    figs: list = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    plots.compare_interruption(d, tmp_path / "compare_interruption.png")
+    return figs[0].axes[0]
+
+
+def test_a_transport_comparison_shows_the_engines_interruption(monkeypatch, tmp_path):
+    """The sampled interruption_s (0.63 s RC, 0.71 s MRC: its last gap runs from the last
+    progress report through both engines' digest of the 128 MiB to the call's return)
+    is not what the expect lines compare: the chart and the rows show the engine's
+    longest_interruption_s (132 ms RC, 10 ms MRC) and say so."""
+    res = json.loads(MRC_RECORDED.read_text())
+    flow = {lb: r["flows"][0] for lb, r in res["fabrics"].items()}
+    assert flow["mrc"]["interruption_s"] > 50 * flow["mrc"]["longest_interruption_s"]
+    d = report_compare.load(res)
+    assert d.interruption == {"rc": {"link": 0.132165}, "mrc": {"link": 0.010004}}  # was 0.63, 0.71
+    assert d.interruption_key == "longest_interruption_s"
+    ax = _drawn(monkeypatch, d, tmp_path)
+    assert "longest_interruption_s" in ax.get_title()
+    assert sorted(round(b.get_height(), 3) for b in ax.patches) == [10.004, 132.165]  # ms
+    md = report_compare.markdown(d)
+    assert "(compare_interruption.png)" in md
+    caption = next(line for line in md.splitlines() if "(compare_interruption.png)" in line)
+    assert "longest_interruption_s" in caption and "sampled" not in caption
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in md.splitlines()
+            if line.startswith("| ")}
+    assert rows["interruption (longest, any flow; engine)"] == ["0.132 s", "0.010 s |"]
+    assert rows["link interruption (engine)"] == ["0.132 s", "0.010 s |"]
+    assert "interruption (longest, any flow)" not in rows and "link interruption" not in rows
+    assert "0.713 s" not in md and "0.630 s" not in md  # the sampled figure is not shown
+    assert res["compare"]["flows.link.interruption_s"] == {"rc": 0.6305, "mrc": 0.7133}  # kept
+
+
+def test_a_comparison_without_mrc_or_the_engines_figure_keeps_the_sampled_one(
+        recorded, monkeypatch, tmp_path):
+    """L2 vs L3 (or addressing): RC on both fabrics, seconds of STP or BGP; the sampled
+    interruption_s stays, even though today's RC results carry the engine's figure too.
+    An MRC comparison where some flow lacks the engine's figure keeps it as well."""
+    res = json.loads(json.dumps(recorded))
+    for r in res["fabrics"].values():
+        for f in r["flows"]:
+            f |= {"transport": "rc", "longest_interruption_s": f["rx_gap_s"]}
+    d = report_compare.load(res)
+    assert d.interruption_key == "interruption_s"
+    assert d.interruption == {"unnum": {"kv1": 0.1941, "kv2": 1.0763},
+                              "num": {"kv1": 0.2005, "kv2": 0.2656}}
+    ax = _drawn(monkeypatch, d, tmp_path)
+    assert "sampled every 0.1 s" in ax.get_title()
+    assert d.plots == report_compare.COMPARE_PLOTS
+    mrc = json.loads(MRC_RECORDED.read_text())
+    mrc["fabrics"]["mrc"]["flows"][0]["longest_interruption_s"] = None
+    d = report_compare.load(mrc)
+    assert d.interruption == {"rc": {"link": 0.6305}, "mrc": {"link": 0.7133}}
+    assert ["link interruption", "0.630 s", "0.713 s"] in [
+        [row[0], *row[1:]] for row in d.tables["flows"]]

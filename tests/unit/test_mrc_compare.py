@@ -15,7 +15,7 @@ import pytest
 
 from emulator.engine.job import Job
 from emulator.errors import ExitCode, RocelabError, SpecError
-from emulator.experiment import analysis, compare, multipath, runner
+from emulator.experiment import analysis, compare, flowrun, multipath
 from emulator.experiment.spec import Experiment, load_fabrics
 from emulator.lab import load_topology
 
@@ -66,12 +66,12 @@ def test_a_fabric_sets_the_transport_of_flows_without_their_own(tmp_path):
 def test_an_mrc_flow_runs_on_the_engines_mrc_transport_or_is_refused_before_the_run():
     exp = Experiment.model_validate({"name": "x", "topology": "t.yaml", "flows": [
         {"name": "f", "src": "a", "dst": "b", "size": "1MiB", "transport": "mrc", "evs": 8}]})
-    assert runner.transport_args(exp.flows[0].model_copy(update={"transport": "rc"})) == {}
+    assert flowrun.transport_args(exp.flows[0].model_copy(update={"transport": "rc"})) == {}
     if "transport" in {f.name for f in dataclasses.fields(Job)}:  # the engine's MRC is built
-        assert runner.transport_args(exp.flows[0]) == {"transport": "mrc", "evs": 8}
+        assert flowrun.transport_args(exp.flows[0]) == {"transport": "mrc", "evs": 8}
     else:
         with pytest.raises(RocelabError, match="flows.f.transport: mrc needs the engine's MRC"):
-            runner.transport_args(exp.flows[0])
+            flowrun.transport_args(exp.flows[0])
 
 
 def test_the_shipped_comparisons_parse_with_a_transport_per_fabric():

@@ -132,7 +132,7 @@ def test_topology_colours_the_hottest_links(plan):
 
 
 def test_progress_from_many_threads_is_binned_before_rates():
-    from emulator.experiment.analysis import rates
+    from emulator.experiment.series import rates
     from emulator.report.record import binned
     clumped = [(0.0, 0), (0.1, 10), (0.1001, 20), (0.5, 50), (0.5002, 60), (1.0, 100)]
     bins = binned(clumped, 0.25)

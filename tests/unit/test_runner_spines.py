@@ -11,13 +11,13 @@ from typing import Any
 
 from emulator.engine import client
 from emulator.errors import RocelabError
-from emulator.experiment import runner
+from emulator.experiment import flowrun
 from emulator.experiment.spec import Flow
 from emulator.lab import load_topology
 
 
 def _flow_run(monkeypatch, resolve, gate: threading.Event | None = None
-              ) -> tuple[runner.FlowRun, list[str]]:
+              ) -> tuple[flowrun.FlowRun, list[str]]:
     plan = load_topology("topologies/clos-2x4-cc.yaml")[1]
     calls: list[str] = []
     n = iter(range(100))
@@ -34,7 +34,7 @@ def _flow_run(monkeypatch, resolve, gate: threading.Event | None = None
     monkeypatch.setattr(client, "resolve_spines", resolve(calls))
     flow = Flow(name="f", src="prefill1", dst="decode1", size="1MiB", repeat=3)
     t0 = time.monotonic()
-    return runner.FlowRun(plan, flow, t0, t0 + 30), calls
+    return flowrun.FlowRun(plan, flow, t0, t0 + 30), calls
 
 
 def test_spines_are_resolved_beside_the_next_transfer(monkeypatch):
