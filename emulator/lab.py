@@ -68,6 +68,14 @@ def load_topology(source: str | Path | Mapping[str, Any], name: str | None = Non
     topologies in code); errors then name `<dict>` instead of a file and line.
     `templates`: a directory of FRR templates that replace ours (render.render).
     """
+    topo, plan = plan_topology(source, name)
+    return topo, plan, render(plan, templates)
+
+
+def plan_topology(source: str | Path | Mapping[str, Any],
+                  name: str | None = None) -> tuple[Topology, Plan]:
+    """load_topology's first two phases, validate and plan, without rendering a config:
+    what a question about the plan alone needs (rendering 800 routers takes seconds)."""
     from_file = not isinstance(source, Mapping)
     where = str(source) if from_file else "<dict>"
     topo = load(source) if from_file else parse(dict(source), where)  # type: ignore[arg-type]
@@ -78,7 +86,7 @@ def load_topology(source: str | Path | Mapping[str, Any], name: str | None = Non
         validate_block.check(topo, plan, where)  # the `validate:` block names real nodes
     except SpecError as e:  # a semantic error: point at its line in the file
         raise (located(e, read_yaml(source)[1]) if from_file else e) from None  # type: ignore[arg-type]
-    return topo, plan, render(plan, templates)
+    return topo, plan
 
 
 def rendered_lab(name: str) -> tuple[Plan, Rendered]:

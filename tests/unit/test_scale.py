@@ -11,13 +11,13 @@ from pyroute2 import IPRoute
 
 from emulator import estimate, neighbours, rtnl
 from emulator.errors import HostLimitError
-from emulator.lab import load_topology
+from emulator.lab import plan_topology
 from emulator.plan import Kind
 from emulator.reach import probe_pairs
 
 
 def plan_of(path: str = "topologies/clos-2x4.yaml"):
-    return load_topology(path)[1]
+    return plan_topology(path)[1]
 
 
 def test_link_local_is_the_kernels_eui64_of_the_mac():
@@ -69,7 +69,7 @@ def test_small_labs_ping_a_full_mesh():
 
 
 def test_big_labs_ping_a_cover_of_every_leaf_pair_and_every_host():
-    plan = load_topology({"name": "big", "pods": 4, "superspines": 2, "spines": 2, "leaves": 8,
+    plan = plan_topology({"name": "big", "pods": 4, "superspines": 2, "spines": 2, "leaves": 8,
                           "hosts": {"per_leaf": 6}})[1]
     hosts = plan.hosts
     assert len(hosts) == 192
@@ -140,8 +140,8 @@ def test_the_estimate_grows_with_the_paths_bgp_carries_and_aggregates_shrink_it(
     lab took 8.2 GB; what it missed grows with prefixes x session ends."""
     shape = {"name": "e", "pods": 4, "superspines": 2, "spines": 4, "leaves": 12,
              "hosts": {"per_leaf": 6}}
-    per_host = load_topology(shape)[1]
-    aggregated = load_topology(shape | {"bgp": {"aggregate_hosts": True}})[1]
+    per_host = plan_topology(shape)[1]
+    aggregated = plan_topology(shape | {"bgp": {"aggregate_hosts": True}})[1]
     sessions = estimate.estimate(per_host).bgp_sessions
     assert estimate.bgp_paths(per_host) == sessions * (288 + 66)  # host /31s + loopbacks
     assert estimate.bgp_paths(aggregated) == sessions * (48 + 66)  # leaves' /24s + loopbacks
@@ -163,5 +163,5 @@ def test_a_lab_bigger_than_the_machine_is_refused_in_one_line_naming_the_numbers
 
 
 def test_the_too_big_fixture_really_is_too_big_for_a_24_gb_machine():
-    est = estimate.estimate(load_topology("tests/fixtures/too-big.yaml")[1])
+    est = estimate.estimate(plan_topology("tests/fixtures/too-big.yaml")[1])
     assert est.memory_mb > 24 * 1024 and est.bgp_sessions == 2 * 24576
