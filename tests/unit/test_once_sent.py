@@ -35,7 +35,12 @@ def _exp(tmp_path: Path, once_sent: dict) -> Path:
     ({"flow": "f"}, "once_sent.bytes"),
 ])
 def test_a_bad_once_sent_is_refused_when_read(tmp_path, once_sent, word):
-    res = CliRunner().invoke(main, ["check", str(_exp(tmp_path, once_sent))])
+    _refused(_exp(tmp_path, once_sent), word)
+
+
+def _refused(path: Path, word: str) -> None:
+    """`rocelab check` refuses `path` with one line that names `word`."""
+    res = CliRunner().invoke(main, ["check", str(path)])
     assert res.exit_code != 0 and len(res.stderr.splitlines()) == 1, res.stderr
     assert word in res.stderr
 
@@ -87,9 +92,7 @@ def _flows_exp(tmp_path: Path, once_sent: dict) -> Path:
     ({"flow": "f", "bytes": "lots"}, "once_sent.bytes"),
 ])
 def test_a_flows_bad_once_sent_is_refused_when_read(tmp_path, once_sent, word):
-    res = CliRunner().invoke(main, ["check", str(_flows_exp(tmp_path, once_sent))])
-    assert res.exit_code != 0 and len(res.stderr.splitlines()) == 1, res.stderr
-    assert word in res.stderr
+    _refused(_flows_exp(tmp_path, once_sent), word)
 
 
 def test_the_congested_spine_handoffs_wait_for_the_traffic_they_meet():
