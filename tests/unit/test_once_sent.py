@@ -20,12 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _exp(tmp_path: Path, once_sent: dict) -> Path:
-    exp = {"name": "x", "topology": str(ROOT / "topologies/clos-2x4.yaml"),
-           "flows": [{"name": "f", "src": "prefill1", "dst": "decode1", "size": "64MiB"}],
-           "actions": [{"at": "1s", "fault": {"fail": "link", "a": "leaf1", "b": "spine1"},
-                        "once_sent": once_sent}]}
+    return _written(tmp_path, [F], [{"at": "1s", "once_sent": once_sent,
+                                     "fault": {"fail": "link", "a": "leaf1", "b": "spine1"}}])
+
+
+F = {"name": "f", "src": "prefill1", "dst": "decode1", "size": "64MiB"}
+
+
+def _written(tmp_path: Path, flows: list[dict], actions: list[dict]) -> Path:
+    """An experiment on clos-2x4 with these flows and actions, as a file."""
     path = tmp_path / "e.yaml"
-    path.write_text(yaml.safe_dump(exp))
+    path.write_text(yaml.safe_dump({"name": "x", "topology": str(ROOT / "topologies/clos-2x4.yaml"),
+                                    "flows": flows, "actions": actions}))
     return path
 
 
@@ -77,13 +83,8 @@ def test_an_action_whose_flow_never_gets_there_runs_late_at_the_end():
 
 
 def _flows_exp(tmp_path: Path, once_sent: dict) -> Path:
-    exp = {"name": "x", "topology": str(ROOT / "topologies/clos-2x4.yaml"),
-           "flows": [{"name": "f", "src": "prefill1", "dst": "decode1", "size": "64MiB"},
-                     {"name": "h", "src": "prefill2", "dst": "decode2", "size": "1MiB",
-                      "once_sent": once_sent}]}
-    path = tmp_path / "e.yaml"
-    path.write_text(yaml.safe_dump(exp))
-    return path
+    return _written(tmp_path, [F, {"name": "h", "src": "prefill2", "dst": "decode2",
+                                   "size": "1MiB", "once_sent": once_sent}], [])
 
 
 @pytest.mark.parametrize(("once_sent", "word"), [
