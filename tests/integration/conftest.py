@@ -113,7 +113,13 @@ def leftovers(name_prefix: str = PREFIX) -> dict:
 @pytest.fixture(scope="session", autouse=True)
 def host_untouched():
     _need_root_and_frr()
-    assert not leftovers(), f"leftovers from an earlier run: {leftovers()}"
+    if found := leftovers():
+        # An earlier run that was killed (a timeout, SIGKILL, a machine reclaimed mid-run) had
+        # no chance to tear down; its labs carry this run's prefix, so remove them the way a
+        # user would after a crash, by name, and prove below that nothing of them survives.
+        sys.stderr.write(f"removing leftovers of an earlier, killed run: {found}\n")
+        cli("down", "--all", "--prefix", PREFIX, "--quiet", timeout=300)
+    assert not leftovers(), f"leftovers from an earlier run that `down` could not remove: {leftovers()}"
     before = root_snapshot()
     yield
     after = root_snapshot()
