@@ -12,7 +12,7 @@ setup(ext_modules=[Extension(
     "emulator.roce._wire", ["emulator/roce/_wire.c"],
     depends=["emulator/roce/_wire_send.h", "emulator/roce/_wire_recv.h",
              "emulator/roce/_wire_mrc.h", "emulator/roce/_wire_mrcio.h",
-             "emulator/roce/_wire_mrcrx.h"],
+             "emulator/roce/_wire_mrcrx.h", "emulator/roce/_wire_mrctx.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers"],
     optional=True,

@@ -20,6 +20,9 @@
  *                                            a Receiver's recvmmsg(2) ring parsed (_wire_mrcio.h)
  *   mrc_rx_state, mrc_rx_sack, mrc_place     an MRC receiver's bursts placed, its PSN bitmap
  *                                            (_wire_mrcrx.h)
+ *   SentPacket, mrc_tx_configure, mrc_track, an MRC sender's records of its packets in
+ *   mrc_ack_range, mrc_scan                  flight: made per run, acknowledged, scanned
+ *                                            for loss per EV (_wire_mrctx.h)
  *
  * The CRC-32 is the one icrc.py uses (zlib-ng's when installed), called through
  * vectorcall, so both paths share one implementation. No state machine here:
@@ -241,6 +244,7 @@ static int read_run(PyObject *run, RunFields *r, Py_buffer *payload)
 #include "_wire_mrc.h"
 #include "_wire_mrcio.h"
 #include "_wire_mrcrx.h"
+#include "_wire_mrctx.h"
 
 static PyObject *configure(PyObject *mod, PyObject *args)
 {
@@ -278,6 +282,14 @@ static PyMethodDef module_methods[] = {
     {"mrc_place", mrc_place, METH_VARARGS,
      "mrc_place(state, packets, start, conn, peers, rkey, region, mr_va, ack_every) -> "
      "(next, events, counts, last)"},
+    {"mrc_tx_configure", mrc_tx_configure, METH_VARARGS,
+     "mrc_tx_configure(Path, SentMessage, EvState.UNKNOWN, EvState.GOOD)"},
+    {"mrc_track", mrc_track, METH_VARARGS,
+     "mrc_track(unacked, psn, msg, index, length, paths, now) -> [plane << 16 | ev]"},
+    {"mrc_ack_range", mrc_ack_range, METH_VARARGS,
+     "mrc_ack_range(unacked, lo, hi, acked_paths, done, fresh, plane_acks, acks) -> "
+     "(acked, inflight, acks)"},
+    {"mrc_scan", mrc_scan, METH_VARARGS, "mrc_scan(acked_paths, unacked, allowance) -> [lost]"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -290,7 +302,7 @@ PyMODINIT_FUNC PyInit__wire(void)
 {
     for (int i = 0; i < 256; i++)
         ext_len[i] = -1;
-    PyTypeObject *types[] = {&FlowType, &SenderType, &ReceiverType};
+    PyTypeObject *types[] = {&FlowType, &SenderType, &ReceiverType, &SentType};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
@@ -299,7 +311,8 @@ PyMODINIT_FUNC PyInit__wire(void)
         return NULL;
     if (PyModule_AddObjectRef(m, "Flow", (PyObject *)&FlowType) < 0 ||
         PyModule_AddObjectRef(m, "Sender", (PyObject *)&SenderType) < 0 ||
-        PyModule_AddObjectRef(m, "Receiver", (PyObject *)&ReceiverType) < 0) {
+        PyModule_AddObjectRef(m, "Receiver", (PyObject *)&ReceiverType) < 0 ||
+        PyModule_AddObjectRef(m, "SentPacket", (PyObject *)&SentType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

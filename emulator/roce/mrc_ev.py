@@ -50,9 +50,10 @@ PLANE_MOVES = 4  # ... while the others' acknowledgements moved at this many pol
 RECENT_ROUNDS = 4  # "acknowledged lately": within this many rounds of the active EVs
 
 
-@dataclass
+@dataclass(slots=True)
 class Path:
-    """One EV on one plane, with what was sent on it."""
+    """One EV on one plane, with what was sent on it. (Slots: the compiled sender's
+    records, _wire_mrctx.h, read and write these fields in place.)"""
 
     ev: int
     plane: int

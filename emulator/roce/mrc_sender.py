@@ -11,15 +11,24 @@ counts), when its ACK timer expires or when a NACK names it. A lost packet's EV
 is retired at once (down to the floor) and that packet alone is resent on another
 usable EV. A TRIM NACK resends exactly the trimmed packet and quick-adapts the
 window; it does not retire the EV.
+
+Each packet in flight has a record (`SentPacket`): in the PSN map, in
+transmission order, and on its EV's queue in that EV's sending order. On the
+compiled path (`_wire`, _wire_mrctx.h) the records are a C type and a run's
+records, a cumulative acknowledgement's advance and the per-EV loss scan are
+one C call each; the Python code below is the reference (`pure=True`, or
+ROCELAB_ENGINE_PURE=1) that tests/unit/roce/test_mrc_tx.py holds it to.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import cast
 
-from emulator.roce.mrc_ev import EvSet, Path
+from emulator.roce import wire
+from emulator.roce.mrc_ev import EvSet, EvState, Path
 from emulator.roce.mrc_pace import Pacer
 from emulator.roce.mrc_state import FOREVER, SenderConfig, SenderCounters, SentMessage, SentPacket
 from emulator.roce.mrc_wire import (
@@ -44,6 +53,15 @@ LINEAR_RETRIES = 7  # ACK timeouts at the base value before they double
 _PSN = 1 << 24
 
 
+def _compiled() -> ModuleType | None:
+    """The `_wire` module with the sender's records, configured; None: pure Python."""
+    w = wire.compiled()
+    if w is None or not hasattr(w, "mrc_track"):
+        return None
+    w.mrc_tx_configure(Path, SentMessage, EvState.UNKNOWN, EvState.GOOD)
+    return w
+
+
 @dataclass
 class MrcSender:
     conn: int
@@ -51,8 +69,11 @@ class MrcSender:
     evs: EvSet
     cc: Nscc
     config: SenderConfig = field(default_factory=SenderConfig)
+    pure: bool = False  # the Python records (the reference) even where _wire is built
 
     def __post_init__(self) -> None:
+        self._w = None if self.pure else _compiled()
+        self._record = SentPacket if self._w is None else self._w.SentPacket
         self.counters = SenderCounters()
         self.error: str | None = None
         self._msgs: deque[SentMessage] = deque()
@@ -147,15 +168,20 @@ class MrcSender:
     def _run(self, msg: SentMessage, start: int, stop: int, psn: int, now: float) -> MrcRun:
         """Packets start..stop-1 of `msg` (full-MTU, from `psn`), each on the next EV."""
         unacked, mtu = self._unacked, self.config.mtu
-        evs = []
-        for index, path in enumerate(self.evs.take(stop - start), start):
-            unacked[psn] = st = SentPacket(psn, msg, index, mtu, path, now, path.seq_sent)
-            path.seq_sent += 1
-            path.queue.append(st)
-            path.packets += 1
-            path.bytes += mtu
-            evs.append(path.plane << 16 | path.ev)
-            psn += 1
+        paths = self.evs.take(stop - start)
+        if self._w is not None:
+            evs = self._w.mrc_track(unacked, psn, msg, start, mtu, paths, now)
+            psn += len(evs)
+        else:
+            evs = []
+            for index, path in enumerate(paths, start):
+                unacked[psn] = st = SentPacket(psn, msg, index, mtu, path, now, path.seq_sent)
+                path.seq_sent += 1
+                path.queue.append(st)
+                path.packets += 1
+                path.bytes += mtu
+                evs.append(path.plane << 16 | path.ev)
+                psn += 1
         msg.made = stop
         msg.unacked += stop - start
         off = start * mtu
@@ -165,7 +191,7 @@ class MrcSender:
 
     def _track(self, psn: int, msg: SentMessage, index: int, n: int, path: Path, now: float) -> SentPacket:
         """A new packet's state: outstanding, queued on its EV, counted on its path."""
-        self._unacked[psn] = st = SentPacket(psn, msg, index, n, path, now, path.seq_sent)
+        self._unacked[psn] = st = self._record(psn, msg, index, n, path, now, path.seq_sent)
         path.seq_sent += 1
         path.queue.append(st)
         path.packets += 1
@@ -232,6 +258,13 @@ class MrcSender:
     def _ack_range(self, lo: int, hi: int) -> int:
         """`_ack` of every PSN in [lo, hi) (the cumulative acknowledgement's advance: the
         bulk of a SACK's work), inlined; the bytes acknowledged."""
+        if self._w is not None:
+            evs = self.evs
+            acked, inflight, evs.acks = self._w.mrc_ack_range(
+                self._unacked, lo, hi, self._acked_paths, self._done, evs.lb.fresh,
+                evs.plane_acks, evs.acks)
+            self._inflight -= inflight
+            return acked
         pop, acked_paths, done = self._unacked.pop, self._acked_paths, self._done
         recycled: list[Path] = []  # each EV whose packet came back, in order (mrc_lb)
         ev_acked: list[Path] = []  # as _ack: the EV set counts every acknowledgement (mrc_ev)
@@ -285,6 +318,11 @@ class MrcSender:
         """Per EV, in its sending order: a packet still outstanding while more than
         `reorder` packets sent after it on the same EV were acknowledged is lost."""
         unacked, allowance = self._unacked, self.config.reorder
+        if self._w is not None:
+            for lost in self._w.mrc_scan(self._acked_paths, unacked, allowance):
+                self._lose(lost, now)
+            self._acked_paths.clear()
+            return
         for path in self._acked_paths:
             queue, limit = path.queue, path.seq_acked - allowance
             while queue:
