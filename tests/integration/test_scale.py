@@ -23,16 +23,19 @@ def test_a_lab_bigger_than_the_machine_is_refused_before_anything_exists():
 def test_the_80_router_fabric_converges_inside_the_default_neighbour_limit(tmp_path):
     """16 spines x 64 leaves x 4 hosts: 80 routers, 256 hosts, 2,048 fabric link ends. It used to
     stall (neighbour table overflow, spines short of 124-160 of 256 prefixes, 23 s poll rounds);
-    ~30 s on the reference machine now. Unnumbered, every fabric link end's neighbour is pinned
-    (permanent, exempt from the limit) and hosts are IPv4-only: this is also the neighbour
-    budget's regression test (issue 16; 16 x 33 was its smallest shape past the default 1,024)."""
+    ~30 s on the reference machine now (not asserted: `make bench`, section scale, times big
+    fabrics). Unnumbered, every fabric link end's neighbour is pinned (permanent, exempt from
+    the limit) and hosts are IPv4-only: this is also the neighbour budget's regression test
+    (issue 16; 16 x 33 was its smallest shape past the default 1,024)."""
     name = f"{PREFIX}s80"
     path = tmp_path / "s80.yaml"
     path.write_text(f"name: {name}\nspines: 16\nleaves: 64\nhosts: {{per_leaf: 4}}\n")
     before, had_record = neighbours.limits(), neighbours.record_path().exists()
     try:
-        up = json.loads(cli("up", str(path), "--json", "--timeout", "240", timeout=400).stdout)
-        assert up["timings"]["total_s"] < 240
+        # converging at all is the behaviour (it once never did); how fast is a figure, not
+        # a bound a busy machine could miss
+        up = json.loads(cli("up", str(path), "--json", "--timeout", "600", timeout=800).stdout)
+        assert up["converged"] is True and up["timings"]["total_s"] > 0
         assert neighbours.limits() == before  # nothing raised: the pins are outside the limit
         assert neighbours.record_path().exists() == had_record
         assert neighbours.in_use()["ipv6"] > 2048  # ...and there are more of them than it
