@@ -72,5 +72,9 @@ def test_stripe_puts_an_equal_share_on_every_rail(rail_4x8):
     assert {q["local_ip"] for q in r["qps"]} == set(plan.node("prefill1").addresses)
     quarter = (16 << 20) // 4
     sent = {rail: after[rail] - before.get(rail, 0) for rail in after}
-    # every rail carries its quarter of the payload, headers and ACKs on top
-    assert all(quarter < sent[rail] < 1.2 * quarter for rail in range(4)), sent
+    # every rail carries its quarter of the payload, headers and ACKs on top, and what its
+    # QPs resent (a busy machine makes RC go back N: CI saw 1.17-1.24 quarters per rail)
+    resent = {rail: sum(q["retransmitted_packets"] for q in r["qps"] if q["rail"] == rail)
+              for rail in range(4)}
+    assert all(quarter < sent[rail] < 1.1 * quarter + resent[rail] * (4096 + 128)
+               for rail in range(4)), (sent, resent)
