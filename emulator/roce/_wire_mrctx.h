@@ -184,7 +184,7 @@ static SentObject *as_sent(PyObject *o)
 /* mrc_track(unacked, psn, msg, index, length, paths, now) -> [plane << 16 | ev, ...]
  * Packets psn.. (message indexes index..), `length` bytes each, one on each of `paths`:
  * each a SentPacket in `unacked` and on its EV's queue, at the EV's next sending-order
- * place, counted on the EV. (MrcSender._run's loop; the message's counts stay Python's.) */
+ * place, counted on the EV: MrcSender._track of each (the message's count stays Python's). */
 static PyObject *mrc_track(PyObject *mod, PyObject *args)
 {
     PyObject *unacked, *msg, *paths;

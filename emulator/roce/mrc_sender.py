@@ -167,25 +167,19 @@ class MrcSender:
 
     def _run(self, msg: SentMessage, start: int, stop: int, psn: int, now: float) -> MrcRun:
         """Packets start..stop-1 of `msg` (full-MTU, from `psn`), each on the next EV."""
-        unacked, mtu = self._unacked, self.config.mtu
+        mtu = self.config.mtu
         paths = self.evs.take(stop - start)
-        if self._w is not None:
-            evs = self._w.mrc_track(unacked, psn, msg, start, mtu, paths, now)
-            psn += len(evs)
+        if self._w is not None:  # _track's work for the whole run, in C
+            evs = self._w.mrc_track(self._unacked, psn, msg, start, mtu, paths, now)
+            msg.unacked += len(evs)
         else:
             evs = []
             for index, path in enumerate(paths, start):
-                unacked[psn] = st = SentPacket(psn, msg, index, mtu, path, now, path.seq_sent)
-                path.seq_sent += 1
-                path.queue.append(st)
-                path.packets += 1
-                path.bytes += mtu
+                self._track(psn + index - start, msg, index, mtu, path, now)
                 evs.append(path.plane << 16 | path.ev)
-                psn += 1
         msg.made = stop
-        msg.unacked += stop - start
         off = start * mtu
-        return MrcRun(self.remote_conn, psn - len(evs), len(evs), msg.number, timestamp_us(now),
+        return MrcRun(self.remote_conn, psn, len(evs), msg.number, timestamp_us(now),
                       len(msg.view), msg.va + off, msg.rkey, mtu, self.config.ack_every, evs,
                       msg.view[off:off + len(evs) * mtu])
 
