@@ -283,8 +283,12 @@ static PyObject *mrc_ack_range(PyObject *mod, PyObject *args)
         }
         PyObject *path = st->path, *msg = st->msg;
         acked += st->length;
-        if (check_path(path) < 0 || msg == NULL || !Py_IS_TYPE(msg, msg_type))
+        if (check_path(path) < 0)
             goto fail_st;
+        if (msg == NULL || !Py_IS_TYPE(msg, msg_type)) {
+            PyErr_SetString(PyExc_TypeError, "mrc_ack_range: a record whose msg is not a SentMessage");
+            goto fail_st;
+        }
         if (!st->lost) {
             inflight += st->length;
             if (PyList_Append(recycled, path) < 0)

@@ -147,3 +147,9 @@ def test_the_compiled_calls_refuse_what_is_not_theirs(w):
         w.mrc_track({}, 0, msg, 0, MTU, [object()], 0.0)  # not a Path
     with pytest.raises(TypeError):
         w.mrc_ack_range({0: "not a record"}, 0, 1, set(), [], [], [0], 0)
+    tx = _sender(False, 1, 0)
+    tx.post_write(0, memoryview(bytes(2 * MTU)), 0x1000, 7)
+    tx.poll_burst(0.0, 8)
+    tx._unacked[0].msg = "not a message"
+    with pytest.raises(TypeError, match="SentMessage"):
+        w.mrc_ack_range(tx._unacked, 0, 1, set(), [], tx.evs.lb.fresh, tx.evs.plane_acks, 0)
