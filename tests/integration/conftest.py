@@ -113,7 +113,7 @@ def leftovers(name_prefix: str = PREFIX) -> dict:
 @pytest.fixture(scope="session", autouse=True)
 def host_untouched():
     _need_root_and_frr()
-    if found := leftovers():
+    if PREFIX and (found := leftovers()):  # (an empty prefix would name every lab here)
         # An earlier run that was killed (a timeout, SIGKILL, a machine reclaimed mid-run) had
         # no chance to tear down; its labs carry this run's prefix, so remove them the way a
         # user would after a crash, by name, and prove below that nothing of them survives.
