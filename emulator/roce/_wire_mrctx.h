@@ -137,6 +137,15 @@ static PyObject *mrc_tx_configure(PyObject *mod, PyObject *args)
 
 static inline PyObject **slot(PyObject *o, Py_ssize_t off) { return (PyObject **)((char *)o + off); }
 
+/* A slot's object (borrowed; NULL with an exception if it is unset). */
+static PyObject *slot_obj(PyObject *o, Py_ssize_t off)
+{
+    PyObject *v = *slot(o, off);
+    if (v == NULL)
+        PyErr_SetString(PyExc_AttributeError, "an MRC record's field is unset");
+    return v;
+}
+
 /* A slot's int value (-1 with an exception if it is unset or not an int). */
 static long long slot_ll(PyObject *o, Py_ssize_t off)
 {
@@ -223,8 +232,9 @@ static PyObject *mrc_track(PyObject *mod, PyObject *args)
         PyObject *key = PyLong_FromLongLong(psn + i);
         int bad = key == NULL || PyDict_SetItem(unacked, key, (PyObject *)st) < 0;
         Py_XDECREF(key);
-        PyObject *r = bad ? NULL : PyObject_CallMethodOneArg(*slot(path, path_off[P_QUEUE]),
-                                                              str_append, (PyObject *)st);
+        PyObject *queue = bad ? NULL : slot_obj(path, path_off[P_QUEUE]);
+        PyObject *r = queue == NULL ? NULL
+                                    : PyObject_CallMethodOneArg(queue, str_append, (PyObject *)st);
         Py_DECREF(st);
         if (r == NULL)
             goto fail;
@@ -376,7 +386,7 @@ static PyObject *mrc_scan(PyObject *mod, PyObject *args)
         goto fail;
     while ((path = PyIter_Next(it)) != NULL) {
         int bad = check_path(path) < 0;
-        PyObject *queue = bad ? NULL : *slot(path, path_off[P_QUEUE]);
+        PyObject *queue = bad ? NULL : slot_obj(path, path_off[P_QUEUE]);
         long long limit = bad ? 0 : slot_ll(path, path_off[P_SEQ_ACKED]) - allowance;
         bad = bad || PyErr_Occurred() || queue == NULL;
         while (!bad) {

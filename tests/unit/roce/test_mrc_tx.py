@@ -150,6 +150,9 @@ def test_the_compiled_calls_refuse_what_is_not_theirs(w):
     tx = _sender(False, 1, 0)
     tx.post_write(0, memoryview(bytes(2 * MTU)), 0x1000, 7)
     tx.poll_burst(0.0, 8)
+    del tx.evs.paths[0].queue  # an unset slot: an error, not a crash
+    with pytest.raises(AttributeError):
+        w.mrc_track({}, 0, msg, 0, MTU, [tx.evs.paths[0]], 0.0)
     tx._unacked[0].msg = "not a message"
     with pytest.raises(TypeError, match="SentMessage"):
         w.mrc_ack_range(tx._unacked, 0, 1, set(), [], tx.evs.lb.fresh, tx.evs.plane_acks, 0)
