@@ -147,10 +147,16 @@ def test_incast_mrc_trims_instead_of_pausing_and_spares_the_victim(incast):
     assert mrc["trimming"]["last_hop"] > 0  # ... trimmed at decode1's leaf port instead
     got = {f["name"]: f for f in mrc["flows"]}
     assert sum(got[n]["mrc"]["trim_nacks_received"] for n in ("i1", "i2", "i3")) > 0
-    # the victim against its twin on unloaded links at the same time: PFC's head-of-line
-    # blocking slows RC's, MRC's stays near 1 (the verdict holds it within 10 %)
-    rc_victim = flow(res, "rc", "victim")["slowdown"]
-    assert rc_victim >= got["victim"]["slowdown"]  # measured RC 1.14 vs MRC 1.08
+    # PFC reached the victim's own uplink (leaf2 -> spine1, shared with i3) in RC; MRC
+    # paused nothing anywhere
+    assert rc["pfc"]["paused_s"].get("leaf2:spine1:3", 0) > 0, rc["pfc"]["paused_s"]
+    assert mrc["pfc"]["paused_s"] == {}
+    # the victim against its twin on links nothing else loads, at the same time: in RC it
+    # waits behind i3 in their shared lossless queue (head-of-line blocking), in MRC it
+    # runs near its twin's rate (measured RC 2.92 vs MRC 1.02; the verdict holds MRC's
+    # within 10 %)
+    rc_victim, mrc_victim = flow(res, "rc", "victim")["slowdown"], got["victim"]["slowdown"]
+    assert rc_victim >= 1.5 * mrc_victim, (rc_victim, mrc_victim)
     # a trim is congestion, not a dead path: each resend answers one TRIM NACK, no EV retires
     for n in ("i1", "i2", "i3"):
         assert got[n]["mrc"]["retirements"] == 0

