@@ -232,10 +232,14 @@ def test_the_incast_expect_lines_pass_and_fail_on_pauses_trims_and_the_victim():
                 "trimming": {"trim": trims, "last_hop": last_hop}, "summary": {},
                 "flows": [{"name": "victim", "slowdown": victim, "integrity_ok": True}]}
     assert _failed_lines("mrc-trimming-incast", {"fabrics": {
-        "rc": fab(58, 0, 0, 2.1), "mrc": fab(0, 35254, 1679, 1.05)}}) == []
+        "rc": fab(50, 0, 0, 3.0), "mrc": fab(0, 357, 357, 0.98)}}) == []
     bad = _failed_lines("mrc-trimming-incast", {"fabrics": {
         "rc": fab(0, 3, 0, 1.0), "mrc": fab(4, 0, 0, 1.2)}})
-    assert len(bad) == 6, bad  # all but integrity_ok and lossless_drops
+    assert len(bad) == 7, bad  # all but integrity_ok and lossless_drops
+    # RC's victim must wait 1.5x MRC's: 1.4x is not enough
+    assert _failed_lines("mrc-trimming-incast", {"fabrics": {
+        "rc": fab(50, 0, 0, 1.4), "mrc": fab(0, 357, 357, 1.0)}}) == [
+        "fabrics.rc.flows.victim.slowdown >= 1.5 * fabrics.mrc.flows.victim.slowdown"]
 
 
 def test_the_plane_loss_expect_lines_want_about_half_the_rate_and_no_mrc_failure():
