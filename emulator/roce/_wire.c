@@ -21,8 +21,8 @@
  *   mrc_rx_state, mrc_rx_sack, mrc_place     an MRC receiver's bursts placed, its PSN bitmap
  *                                            (_wire_mrcrx.h)
  *   SentPacket, mrc_tx_configure, mrc_track, an MRC sender's records of its packets in
- *   mrc_ack_range, mrc_scan                  flight: made per run, acknowledged, scanned
- *                                            for loss per EV (_wire_mrctx.h)
+ *   mrc_ack_range, mrc_scan, mrc_take        flight: made per run, acknowledged, scanned
+ *                                            for loss per EV; a run's EVs (_wire_mrctx.h)
  *
  * The CRC-32 is the one icrc.py uses (zlib-ng's when installed), called through
  * vectorcall, so both paths share one implementation. No state machine here:
@@ -289,7 +289,9 @@ static PyMethodDef module_methods[] = {
     {"mrc_ack_range", mrc_ack_range, METH_VARARGS,
      "mrc_ack_range(unacked, lo, hi, acked_paths, done, fresh, plane_acks, acks) -> "
      "(acked, inflight, acks)"},
-    {"mrc_scan", mrc_scan, METH_VARARGS, "mrc_scan(acked_paths, unacked, allowance) -> [lost]"},
+    {"mrc_scan", mrc_scan, METH_VARARGS, "mrc_scan(acked_paths, allowance) -> [lost]"},
+    {"mrc_take", mrc_take, METH_VARARGS,
+     "mrc_take(fresh, usable, active, cursor, picks, n) -> (paths, cursor, picks, recycled)"},
     {NULL, NULL, 0, NULL},
 };
 

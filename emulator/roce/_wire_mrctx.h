@@ -17,24 +17,25 @@ typedef struct {
     long long psn, index, length, seq, retries;
     PyObject *msg, *path;
     double sent;
-    char lost, resent;
+    char lost, resent, acked; /* acked: out of `unacked` for good */
 } SentObject;
 
 static int Sent_init(SentObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"psn", "msg", "index", "length", "path", "sent", "seq", "retries",
-                            "lost", "resent", NULL};
+                            "lost", "resent", "acked", NULL};
     PyObject *msg, *path;
-    int lost = 0, resent = 0;
+    int lost = 0, resent = 0, acked = 0;
     self->seq = self->retries = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOLLOd|LLpp", names, &self->psn, &msg,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "LOLLOd|LLppp", names, &self->psn, &msg,
                                      &self->index, &self->length, &path, &self->sent, &self->seq,
-                                     &self->retries, &lost, &resent))
+                                     &self->retries, &lost, &resent, &acked))
         return -1;
     Py_XSETREF(self->msg, Py_NewRef(msg));
     Py_XSETREF(self->path, Py_NewRef(path));
     self->lost = (char)lost;
     self->resent = (char)resent;
+    self->acked = (char)acked;
     return 0;
 }
 
@@ -69,6 +70,7 @@ static PyMemberDef Sent_members[] = {
     {"seq", T_LONGLONG, offsetof(SentObject, seq), 0, "its place in its EV's sending order"},
     {"retries", T_LONGLONG, offsetof(SentObject, retries), 0, NULL},
     {"lost", T_BOOL, offsetof(SentObject, lost), 0, NULL},
+    {"acked", T_BOOL, offsetof(SentObject, acked), 0, "acknowledged: no longer outstanding"},
     {"resent", T_BOOL, offsetof(SentObject, resent), 0,
      "an acknowledgement may be of an earlier transmission"},
     {NULL},
@@ -77,7 +79,7 @@ static PyMemberDef Sent_members[] = {
 static PyTypeObject SentType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "emulator.roce._wire.SentPacket",
     .tp_doc = "SentPacket(psn, msg, index, length, path, sent, seq=0, retries=0, lost=False, "
-              "resent=False): one MRC packet in flight (mrc_state.SentPacket)",
+              "resent=False, acked=False): one MRC packet in flight (mrc_state.SentPacket)",
     .tp_basicsize = sizeof(SentObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -91,14 +93,23 @@ static PyTypeObject SentType = {
 /* -- the slots of Path and SentMessage ------------------------------------------------ */
 
 enum { P_PLANE, P_EV, P_SEQ_SENT, P_SEQ_ACKED, P_PACKETS, P_BYTES, P_QUEUE, P_ACKED_AT, P_STATE,
-       P_FIELDS };
+       P_ASIDE, P_FIELDS };
 enum { M_WR_ID, M_PACKETS, M_MADE, M_UNACKED, M_FIELDS };
 static const char *path_names[P_FIELDS] = {"plane", "ev", "seq_sent", "seq_acked", "packets",
-                                           "bytes", "queue", "acked_at", "state"};
+                                           "bytes", "queue", "acked_at", "state",
+                                           "aside_until"};
 static const char *msg_names[M_FIELDS] = {"wr_id", "packets", "made", "unacked"};
 static Py_ssize_t path_off[P_FIELDS], msg_off[M_FIELDS];
 static PyTypeObject *path_type, *msg_type;
-static PyObject *ev_unknown, *ev_good, *str_append, *str_popleft, *str_extend;
+static PyObject *ev_unknown, *ev_good;
+/* deque's own methods (descriptors), called with the deque as first argument: no lookup */
+static PyObject *dq_append, *dq_appendleft, *dq_popleft, *dq_extend;
+
+static PyObject *dq_call(PyObject *method, PyObject *dq, PyObject *arg)
+{
+    PyObject *argv[2] = {dq, arg};
+    return PyObject_Vectorcall(method, argv, arg == NULL ? 1 : 2, NULL);
+}
 
 static int slot_offsets(PyTypeObject *type, const char **names, int n, Py_ssize_t *out)
 {
@@ -124,10 +135,25 @@ static PyObject *mrc_tx_configure(PyObject *mod, PyObject *args)
     if (slot_offsets((PyTypeObject *)pt, path_names, P_FIELDS, path_off) < 0 ||
         slot_offsets((PyTypeObject *)mt, msg_names, M_FIELDS, msg_off) < 0)
         return NULL;
-    if (str_append == NULL && ((str_append = PyUnicode_InternFromString("append")) == NULL ||
-                               (str_popleft = PyUnicode_InternFromString("popleft")) == NULL ||
-                               (str_extend = PyUnicode_InternFromString("extend")) == NULL))
-        return NULL;
+    if (dq_append == NULL) {
+        PyObject *collections = PyImport_ImportModule("collections");
+        PyObject *deque = collections ? PyObject_GetAttrString(collections, "deque") : NULL;
+        Py_XDECREF(collections);
+        if (deque == NULL)
+            return NULL;
+        dq_append = PyObject_GetAttrString(deque, "append");
+        dq_appendleft = PyObject_GetAttrString(deque, "appendleft");
+        dq_popleft = PyObject_GetAttrString(deque, "popleft");
+        dq_extend = PyObject_GetAttrString(deque, "extend");
+        Py_DECREF(deque);
+        if (!dq_append || !dq_appendleft || !dq_popleft || !dq_extend) {
+            Py_CLEAR(dq_append);
+            Py_CLEAR(dq_appendleft);
+            Py_CLEAR(dq_popleft);
+            Py_CLEAR(dq_extend);
+            return NULL;
+        }
+    }
     Py_XSETREF(path_type, (PyTypeObject *)Py_NewRef(pt));
     Py_XSETREF(msg_type, (PyTypeObject *)Py_NewRef(mt));
     Py_XSETREF(ev_unknown, Py_NewRef(unknown));
@@ -227,14 +253,14 @@ static PyObject *mrc_track(PyObject *mod, PyObject *args)
         st->msg = Py_NewRef(msg);
         st->path = Py_NewRef(path);
         st->sent = now;
-        st->lost = st->resent = 0;
+        st->lost = st->resent = st->acked = 0;
         PyObject_GC_Track(st);
         PyObject *key = PyLong_FromLongLong(psn + i);
         int bad = key == NULL || PyDict_SetItem(unacked, key, (PyObject *)st) < 0;
         Py_XDECREF(key);
         PyObject *queue = bad ? NULL : slot_obj(path, path_off[P_QUEUE]);
         PyObject *r = queue == NULL ? NULL
-                                    : PyObject_CallMethodOneArg(queue, str_append, (PyObject *)st);
+                                    : dq_call(dq_append, queue, (PyObject *)st);
         Py_DECREF(st);
         if (r == NULL)
             goto fail;
@@ -262,7 +288,7 @@ static PyObject *mrc_ack_range(PyObject *mod, PyObject *args)
 {
     PyObject *unacked, *acked_paths, *done, *fresh, *plane_acks;
     long long lo, hi, acks;
-    if (!PyArg_ParseTuple(args, "O!LLO!O!OO!L", &PyDict_Type, &unacked, &lo, &hi, &PySet_Type,
+    if (!PyArg_ParseTuple(args, "O!LLO!O!OO!L", &PyDict_Type, &unacked, &lo, &hi, &PyDict_Type,
                           &acked_paths, &PyList_Type, &done, &fresh, &PyList_Type, &plane_acks,
                           &acks))
         return NULL;
@@ -291,6 +317,7 @@ static PyObject *mrc_ack_range(PyObject *mod, PyObject *args)
             Py_XDECREF(st);
             goto fail;
         }
+        st->acked = 1;
         PyObject *path = st->path, *msg = st->msg;
         acked += st->length;
         if (check_path(path) < 0)
@@ -309,7 +336,7 @@ static PyObject *mrc_ack_range(PyObject *mod, PyObject *args)
             if (seq_acked == -1 && PyErr_Occurred())
                 goto fail_st;
             if (st->seq > seq_acked && (slot_set(path, path_off[P_SEQ_ACKED], st->seq) < 0 ||
-                                        PySet_Add(acked_paths, path) < 0))
+                                        PyDict_SetItem(acked_paths, path, Py_None) < 0))
                 goto fail_st;
         }
         long long plane = slot_ll(path, path_off[P_PLANE]);
@@ -355,7 +382,7 @@ static PyObject *mrc_ack_range(PyObject *mod, PyObject *args)
             goto fail;
         PyList_SetItem(plane_acks, p, now); /* steals now, drops was */
     }
-    PyObject *r = PyList_GET_SIZE(recycled) ? PyObject_CallMethodOneArg(fresh, str_extend, recycled)
+    PyObject *r = PyList_GET_SIZE(recycled) ? dq_call(dq_extend, fresh, recycled)
                                             : Py_NewRef(Py_None);
     if (r == NULL)
         goto fail;
@@ -369,22 +396,22 @@ fail:
     return NULL;
 }
 
-/* mrc_scan(acked_paths, unacked, allowance) -> [SentPacket lost, ...]
- * MrcSender._scan_losses without the losing: per EV of `acked_paths` (in the set's order),
+/* mrc_scan(acked_paths, allowance) -> [SentPacket lost, ...]
+ * MrcSender._scan_losses without the losing: per EV of `acked_paths` (a dict: in its order),
  * in its sending order, each packet still outstanding while more than `allowance` packets
  * sent after it on the same EV were acknowledged is marked lost and listed; the stale
  * entries before it (acknowledged, lost or resent elsewhere) leave the queue. */
 static PyObject *mrc_scan(PyObject *mod, PyObject *args)
 {
-    PyObject *acked_paths, *unacked, *path;
+    PyObject *acked_paths, *path, *value;
     long long allowance;
-    if (!PyArg_ParseTuple(args, "O!O!L", &PySet_Type, &acked_paths, &PyDict_Type, &unacked,
-                          &allowance))
+    if (!PyArg_ParseTuple(args, "O!L", &PyDict_Type, &acked_paths, &allowance))
         return NULL;
-    PyObject *lost = PyList_New(0), *it = lost ? PyObject_GetIter(acked_paths) : NULL;
-    if (it == NULL)
-        goto fail;
-    while ((path = PyIter_Next(it)) != NULL) {
+    PyObject *lost = PyList_New(0);
+    if (lost == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(acked_paths, &pos, &path, &value)) { /* borrowed; nothing here adds keys */
         int bad = check_path(path) < 0;
         PyObject *queue = bad ? NULL : slot_obj(path, path_off[P_QUEUE]);
         long long limit = bad ? 0 : slot_ll(path, path_off[P_SEQ_ACKED]) - allowance;
@@ -395,50 +422,107 @@ static PyObject *mrc_scan(PyObject *mod, PyObject *args)
                 bad = n < 0;
                 break;
             }
-            PyObject *head = PySequence_GetItem(queue, 0);
+            PyObject *head = dq_call(dq_popleft, queue, NULL); /* put back if it stays */
             SentObject *st = head ? as_sent(head) : NULL;
             if (st == NULL) {
                 Py_XDECREF(head);
                 bad = 1;
                 break;
             }
-            if (st->path == path && !st->lost) {
-                PyObject *key = PyLong_FromLongLong(st->psn);
-                PyObject *cur = key ? PyDict_GetItemWithError(unacked, key) : NULL;
-                Py_XDECREF(key);
-                if (cur == NULL && PyErr_Occurred()) {
+            /* live: on this EV, not lost, not acknowledged (still in `unacked`) */
+            if (st->path == path && !st->lost && !st->acked) {
+                if (st->seq >= limit) {
+                    PyObject *r = dq_call(dq_appendleft, queue, head);
+                    bad = r == NULL;
+                    Py_XDECREF(r);
                     Py_DECREF(head);
-                    bad = 1;
                     break;
                 }
-                if (cur == head) {
-                    if (st->seq >= limit) {
-                        Py_DECREF(head);
-                        break;
-                    }
-                    st->lost = 1; /* as _lose does first: a second entry of it is now stale */
-                    if (PyList_Append(lost, head) < 0) {
-                        Py_DECREF(head);
-                        bad = 1;
-                        break;
-                    }
-                }
+                st->lost = 1; /* as _lose does first: a second entry of it is now stale */
+                bad = PyList_Append(lost, head) < 0;
             }
             Py_DECREF(head);
-            PyObject *r = PyObject_CallMethodNoArgs(queue, str_popleft);
-            bad = r == NULL;
-            Py_XDECREF(r);
         }
-        Py_DECREF(path);
-        if (bad)
-            goto fail;
+        if (bad) {
+            Py_DECREF(lost);
+            return NULL;
+        }
     }
-    if (PyErr_Occurred())
-        goto fail;
-    Py_DECREF(it);
     return lost;
+}
+
+/* A Path's set-aside clock (aside_until); -1 with an exception if it is not a Path. */
+static long long aside_of(PyObject *path)
+{
+    return check_path(path) < 0 ? -1 : slot_ll(path, path_off[P_ASIDE]);
+}
+
+/* mrc_take(fresh, usable, active, cursor, picks, n) -> (paths, cursor, picks, recycled)
+ * EvSet.take: the EVs of a run of `n` new packets. Each pick advances `picks` (the
+ * set-aside clock) and takes the oldest EV of `fresh` (a deque: the recycled EVs) whose
+ * state is one of `usable` and which is not set aside; with none left, the round robin's
+ * next EV of `active` (from `cursor`), or the next one after it not set aside. */
+static PyObject *mrc_take(PyObject *mod, PyObject *args)
+{
+    PyObject *fresh, *usable, *active;
+    Py_ssize_t cursor, n;
+    long long picks, recycled = 0;
+    if (!PyArg_ParseTuple(args, "OO!O!nLn", &fresh, &PyTuple_Type, &usable, &PyList_Type, &active,
+                          &cursor, &picks, &n))
+        return NULL;
+    Py_ssize_t na = PyList_GET_SIZE(active), nu = PyTuple_GET_SIZE(usable);
+    if (na == 0 || n < 0 || cursor < 0)
+        return PyErr_Format(PyExc_ValueError, "mrc_take: no active EV, or a negative count");
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *path = NULL;
+        picks++;
+        Py_ssize_t left;
+        while (path == NULL && (left = PyObject_Length(fresh)) > 0) {
+            PyObject *cand = dq_call(dq_popleft, fresh, NULL);
+            long long aside = cand == NULL ? -1 : aside_of(cand);
+            PyObject *state = aside == -1 && PyErr_Occurred() ? NULL : slot_obj(cand, path_off[P_STATE]);
+            if (state == NULL) {
+                Py_XDECREF(cand);
+                goto fail;
+            }
+            int ok = 0;
+            for (Py_ssize_t u = 0; u < nu && !ok; u++)
+                ok = PyTuple_GET_ITEM(usable, u) == state;
+            if (ok && aside <= picks) {
+                path = cand;
+                recycled++;
+            } else {
+                Py_DECREF(cand);
+            }
+        }
+        if (path == NULL) {
+            if (left < 0)
+                goto fail;
+            cursor = (cursor + 1) % na;
+            path = PyList_GET_ITEM(active, cursor);
+            long long aside = aside_of(path);
+            if (aside == -1 && PyErr_Occurred())
+                goto fail;
+            for (Py_ssize_t k = 1; aside > picks && k < na; k++) { /* EvSet._not_aside */
+                PyObject *cand = PyList_GET_ITEM(active, (cursor + k) % na);
+                long long a = aside_of(cand);
+                if (a == -1 && PyErr_Occurred())
+                    goto fail;
+                if (a <= picks) {
+                    cursor = (cursor + k) % na;
+                    path = cand;
+                    break;
+                }
+            }
+            Py_INCREF(path);
+        }
+        PyList_SET_ITEM(out, i, path);
+    }
+    return Py_BuildValue("(NnLL)", out, cursor, picks, recycled);
 fail:
-    Py_XDECREF(it);
-    Py_XDECREF(lost);
+    Py_DECREF(out);
     return NULL;
 }

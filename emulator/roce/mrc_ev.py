@@ -29,7 +29,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from emulator.roce.mrc_lb import Recycler
 
@@ -147,10 +147,16 @@ class EvSet:
             path = active[self._cursor]
         return path
 
-    def take(self, n: int) -> list[Path]:
+    def take(self, n: int, compiled: Any = None) -> list[Path]:
         """`next()` `n` times: the EVs of a run of `n` new packets, in one call (the
-        sender's hot path; the Recycler's pick inlined)."""
+        sender's hot path; the Recycler's pick inlined). `compiled`: the configured
+        `_wire` module (mrc_sender._compiled), whose mrc_take does the same in C."""
         lb = self.lb
+        if compiled is not None:
+            out, self._cursor, lb.picks, recycled = compiled.mrc_take(
+                lb.fresh, lb.usable, self._active, self._cursor, lb.picks, n)
+            lb.recycled += recycled
+            return cast(list[Path], out)
         fresh, usable, out = lb.fresh, lb.usable, []
         for _ in range(n):
             lb.picks = picks = lb.picks + 1

@@ -79,7 +79,10 @@ class MrcSender:
         self._msgs: deque[SentMessage] = deque()
         self._numbers = 0
         self._next_psn = self._cack = 0
-        self._acked_paths: set[Path] = set()  # EVs whose acknowledged order moved this SACK
+        # EVs whose acknowledged order moved this SACK, in the order they moved (a dict, not
+        # a set: a set's order is its members' addresses, and the scan's order is the
+        # resends' order)
+        self._acked_paths: dict[Path, None] = {}
         self._pace = Pacer(self.config.rate_bps, 4 * self.config.mtu)
         self._unacked: dict[int, SentPacket] = {}  # transmission order (a resend moves to the end)
         self._resend: deque[SentPacket] = deque()
@@ -168,7 +171,7 @@ class MrcSender:
     def _run(self, msg: SentMessage, start: int, stop: int, psn: int, now: float) -> MrcRun:
         """Packets start..stop-1 of `msg` (full-MTU, from `psn`), each on the next EV."""
         mtu = self.config.mtu
-        paths = self.evs.take(stop - start)
+        paths = self.evs.take(stop - start, self._w)
         if self._w is not None:  # _track's work for the whole run, in C
             evs = self._w.mrc_track(self._unacked, psn, msg, start, mtu, paths, now)
             msg.unacked += len(evs)
@@ -267,6 +270,7 @@ class MrcSender:
             st = pop(psn, None)
             if st is None:
                 continue
+            st.acked = True
             acked += st.length
             path = st.path
             if not st.lost:
@@ -274,7 +278,7 @@ class MrcSender:
                 recycled.append(path)
             if not st.resent and st.seq > path.seq_acked:  # no EV known: certain if not resent
                 path.seq_acked = st.seq
-                acked_paths.add(path)
+                acked_paths[path] = None
             ev_acked.append(path)
             msg = st.msg
             msg.unacked -= 1
@@ -293,6 +297,7 @@ class MrcSender:
         st = self._unacked.pop(psn, None)
         if st is None:
             return 0
+        st.acked = True
         path = st.path
         if not st.lost:
             self._inflight -= st.length
@@ -300,7 +305,7 @@ class MrcSender:
         certain = not st.resent or arrived_on == (path.plane, path.ev)
         if certain and st.seq > path.seq_acked:
             path.seq_acked = st.seq
-            self._acked_paths.add(path)
+            self._acked_paths[path] = None
         self.evs.acked(path)
         msg = st.msg
         msg.unacked -= 1
@@ -311,9 +316,9 @@ class MrcSender:
     def _scan_losses(self, now: float) -> None:
         """Per EV, in its sending order: a packet still outstanding while more than
         `reorder` packets sent after it on the same EV were acknowledged is lost."""
-        unacked, allowance = self._unacked, self.config.reorder
+        allowance = self.config.reorder
         if self._w is not None:
-            for lost in self._w.mrc_scan(self._acked_paths, unacked, allowance):
+            for lost in self._w.mrc_scan(self._acked_paths, allowance):
                 self._lose(lost, now)
             self._acked_paths.clear()
             return
@@ -321,7 +326,7 @@ class MrcSender:
             queue, limit = path.queue, path.seq_acked - allowance
             while queue:
                 st: SentPacket = queue[0]  # stale once acked, lost or resent elsewhere
-                if st.path is path and not st.lost and unacked.get(st.psn) is st:
+                if st.path is path and not st.lost and not st.acked:
                     if st.seq >= limit:
                         break
                     self._lose(st, now)

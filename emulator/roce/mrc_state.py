@@ -35,6 +35,7 @@ class SentPacket:
     retries: int = 0
     lost: bool = False
     resent: bool = False  # an acknowledgement may be of an earlier transmission
+    acked: bool = False  # acknowledged: out of the sender's `_unacked` for good
 
 
 @dataclass

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import random
 import socket
+from collections import deque
 from dataclasses import fields
 
 import pytest
 
 from emulator.roce.memory import MemoryTable
-from emulator.roce.mrc_ev import EvSet, entropy_values
+from emulator.roce.mrc_ev import EvSet, EvState, entropy_values
 from emulator.roce.mrc_receiver import MrcReceiver
 from emulator.roce.mrc_sender import MrcSender, SenderConfig
 from emulator.roce.mrc_state import SentMessage, SentPacket
@@ -52,13 +53,16 @@ def _sender(pure: bool, planes: int, reorder: int) -> MrcSender:
 
 def _fabric(rng: random.Random, p: MrcPacket, step: int, dead: int) -> list[MrcPacket]:
     """What the fabric delivers of `p` at `step`: lossy for the first 40 steps (drops,
-    trims), the `dead` EV's path silent for 25, a duplicate now and then."""
+    trims), the `dead` EV's path silent for 25, a duplicate now and then; ECN marks
+    throughout (the SACKs that echo them set EVs aside: mrc_lb)."""
     lossy = step < 40
     if p.opcode in (MrcOpcode.WRITE, MrcOpcode.WRITE_IMM, MrcOpcode.PROBE) and (
             (p.ev == dead and step < 25) or (lossy and rng.random() < 0.04)):
         return []
     if p.is_data and p.length > 100 and lossy and rng.random() < 0.02:  # trimmed
         p = _trimmed(p)
+    if p.is_data and rng.random() < 0.08:
+        p = p._replace(ecn=3)
     return [p, p] if rng.random() < 0.02 else [p]
 
 
@@ -104,16 +108,18 @@ def _drive(pure: bool, seed: int, planes: int = 2, reorder: int = 0) -> dict:
     stats = tx.stats()
     return {"sent": sent, "done": done, "error": tx.error, "stats": stats, "steps": step,
             "data": bytes(dst) == src, "acks": tx.evs.acks, "plane_acks": tx.evs.plane_acks,
+            "lb": (tx.evs.lb.picks, tx.evs.lb.recycled, tx.evs.lb.set_aside),
             "states": [(p.state, p.seq_sent, p.seq_acked, p.acked_at) for p in tx.evs.paths]}
 
 
-@pytest.mark.parametrize("seed,planes,reorder", [(1, 1, 0), (2, 2, 0), (3, 2, 2), (4, 1, 1)])
+@pytest.mark.parametrize("seed,planes,reorder", [(1, 1, 0), (5, 2, 0), (3, 2, 2), (4, 1, 1)])
 def test_the_compiled_records_send_what_the_reference_sends(w, seed, planes, reorder):
     ref, fast = _drive(True, seed, planes, reorder), _drive(False, seed, planes, reorder)
     assert ref["data"] and not ref["error"], "the reference itself did not finish"
     assert ref["stats"]["losses"] > 0 and ref["stats"]["retransmitted_packets"] > 0  # exercised
     assert ref["stats"]["trim_nacks_received"] > 0 and ref["stats"]["timeouts"] > 0
     assert ref["stats"]["probes_answered"] > 0
+    assert ref["lb"][1] > 0 and ref["lb"][2] > 0  # EVs recycled and set aside
     for key in ref:
         assert fast[key] == ref[key], key
 
@@ -146,7 +152,7 @@ def test_the_compiled_calls_refuse_what_is_not_theirs(w):
     with pytest.raises(TypeError):
         w.mrc_track({}, 0, msg, 0, MTU, [object()], 0.0)  # not a Path
     with pytest.raises(TypeError):
-        w.mrc_ack_range({0: "not a record"}, 0, 1, set(), [], [], [0], 0)
+        w.mrc_ack_range({0: "not a record"}, 0, 1, {}, [], [], [0], 0)
     tx = _sender(False, 1, 0)
     tx.post_write(0, memoryview(bytes(2 * MTU)), 0x1000, 7)
     tx.poll_burst(0.0, 8)
@@ -155,4 +161,38 @@ def test_the_compiled_calls_refuse_what_is_not_theirs(w):
         w.mrc_track({}, 0, msg, 0, MTU, [tx.evs.paths[0]], 0.0)
     tx._unacked[0].msg = "not a message"
     with pytest.raises(TypeError, match="SentMessage"):
-        w.mrc_ack_range(tx._unacked, 0, 1, set(), [], tx.evs.lb.fresh, tx.evs.plane_acks, 0)
+        w.mrc_ack_range(tx._unacked, 0, 1, {}, [], tx.evs.lb.fresh, tx.evs.plane_acks, 0)
+    with pytest.raises(TypeError):  # the EV queues are deques: the call is deque's own method
+        tx.evs.paths[1].queue = [object()]
+        w.mrc_scan({tx.evs.paths[1]: None}, 0)
+    with pytest.raises(ValueError):
+        w.mrc_take(deque(), (), [], 0, 0, 1)  # no active EV to take
+    with pytest.raises(TypeError):
+        w.mrc_take(deque([object()]), (), tx.evs.paths, 0, 0, 1)  # a recycled non-Path
+    with pytest.raises(TypeError):
+        w.mrc_take(deque(), (), [object()], 0, 0, 1)  # an active non-Path
+
+
+def test_the_compiled_take_picks_the_evs_the_reference_picks(w):
+    """EvSet.take in C (mrc_take) against the Python loop, from random states: recycled
+    EVs of every state, set-aside clocks around the current pick, a short active list."""
+    rng = random.Random(9)
+    for trial in range(300):
+        sets = []
+        for _ in range(2):  # two identical EV sets: one taken from in Python, one in C
+            rng_i = random.Random(trial)
+            evs = EvSet(entropy_values(trial, 8), 1, probe_interval_s=1.0)
+            evs.lb.picks = rng_i.randrange(100)
+            for p in evs.paths:
+                p.state = rng_i.choice(list(EvState))
+                p.aside_until = evs.lb.picks + rng_i.randrange(-3, 12)
+            evs._active = [p for p in evs.paths if rng_i.random() < 0.8] or evs.paths[:1]
+            evs._cursor = rng_i.randrange(len(evs._active))
+            evs.lb.fresh.extend(rng_i.choice(evs.paths) for _ in range(rng_i.randrange(12)))
+            sets.append(evs)
+        n = rng.randrange(1, 20)
+        ref, fast = sets[0].take(n), sets[1].take(n, w)
+        assert [p.ev for p in fast] == [p.ev for p in ref], trial
+        assert (sets[1]._cursor, sets[1].lb.picks, sets[1].lb.recycled, list(sets[1].lb.fresh)) == \
+            (sets[0]._cursor, sets[0].lb.picks, sets[0].lb.recycled,
+             [sets[1].paths[sets[0].paths.index(p)] for p in sets[0].lb.fresh]), trial
